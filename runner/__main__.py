@@ -1,0 +1,3 @@
+from runner.app import main
+
+main()

@@ -1,0 +1,100 @@
+"""The one interface both backends fill the same way.
+
+compile(source, entries, defines) -> CompiledProgram; alloc / upload / download / poison;
+launch(kernel, groups, local, args) -> event; time_ms(enqueue) with device events;
+kernel_resources(program, entry); device_info(). Values a driver cannot give are None, never 0.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    vendor: str
+    platform: str  # OpenCL platform, or "CUDA"
+    driver: str
+    device_type: str  # "gpu", "cpu", "accelerator"
+    global_memory_bytes: int
+    max_alloc_bytes: int  # largest single buffer
+    local_memory_bytes: int  # local/shared memory one work-group may use
+    max_work_group_size: int
+    max_work_item_sizes: tuple[int, ...]
+    compute_units: int
+    compute_capability: Optional[str] = None  # CUDA only, e.g. "9.0"
+    pci_bus_id: Optional[int] = None  # to find the same GPU from CUDA (cuBLAS baseline)
+
+    @property
+    def is_nvidia_gpu(self) -> bool:
+        return self.device_type == "gpu" and "nvidia" in (self.vendor + self.platform).lower()
+
+
+@dataclass(frozen=True)
+class KernelResources:
+    registers: Optional[int] = None  # per work-item
+    spill_store_bytes: Optional[int] = None
+    spill_load_bytes: Optional[int] = None
+    stack_bytes: Optional[int] = None
+    local_memory_bytes: Optional[int] = None  # static local/shared memory per work-group
+    private_memory_bytes: Optional[int] = None  # per work-item (OpenCL), local memory (CUDA)
+    max_work_group_size: Optional[int] = None  # for this kernel on this device
+
+    @property
+    def spill_bytes(self) -> Optional[int]:
+        if self.spill_store_bytes is None or self.spill_load_bytes is None:
+            return None
+        return self.spill_store_bytes + self.spill_load_bytes
+
+
+@dataclass
+class CompiledProgram:
+    kernels: Mapping[str, Any]  # entry name -> backend kernel handle (None: compile-only)
+    log: str  # everything the compiler said
+    options: list[str]  # the exact compiler options
+    resources: Mapping[str, KernelResources] = field(default_factory=dict)
+    keepalive: Any = None  # what must outlive the kernel handles (a CUDA module)
+
+
+class Backend(ABC):
+    name: str
+
+    @abstractmethod
+    def device_info(self) -> DeviceInfo: ...
+
+    @abstractmethod
+    def compile(self, source: str, source_name: str, entries: Sequence[str],
+                defines: Mapping[str, int]) -> CompiledProgram: ...
+
+    @abstractmethod
+    def alloc(self, count: int) -> Any:
+        """A device buffer of `count` float32 values."""
+
+    @abstractmethod
+    def upload(self, host: np.ndarray) -> Any: ...
+
+    @abstractmethod
+    def download(self, buffer: Any, shape: tuple[int, ...]) -> np.ndarray: ...
+
+    @abstractmethod
+    def poison(self, buffer: Any) -> None:
+        """Fill with NaN, so that an element the kernel never writes cannot pass the check."""
+
+    @abstractmethod
+    def launch(self, kernel: Any, groups: Sequence[int], local: Sequence[int],
+               args: Sequence[Any]) -> Any:
+        """Enqueue one launch; ints in `args` go as 32-bit ints. Returns the launch's event."""
+
+    @abstractmethod
+    def device_copy(self, dst: Any, src: Any, nbytes: int) -> Any:
+        """The device's own copy of `nbytes` (the bandwidth reference). Returns its event."""
+
+    @abstractmethod
+    def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
+        """Device-event time of everything `enqueue` puts on the queue (it returns the events)."""
+
+    @abstractmethod
+    def synchronize(self) -> None: ...

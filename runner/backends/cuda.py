@@ -1,0 +1,150 @@
+"""CUDA through CuPy: NVRTC compiles, the driver loads the cubin, CUDA events time."""
+
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
+from runner.backends.nvrtc import compile_cuda
+from runner.backends.ptxas import parse_ptxas_report
+from runner.errors import RunError
+
+# cuBLAS must do plain FP32 arithmetic for the baseline: CuPy uses TF32 only when this is "1".
+os.environ["CUPY_TF32"] = "0"
+
+
+def gpu_count() -> int:
+    """Number of CUDA GPUs CuPy can see (0 when CuPy or the driver is missing)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:  # no CuPy, no driver, no device: all mean "none here"
+        return 0
+
+
+class CUDABackend(Backend):
+    name = "cuda"
+
+    def __init__(self, device: int = 0, compile_only_cc: int = 90, require_gpu: bool = True):
+        self.has_gpu = gpu_count() > 0
+        if not self.has_gpu and require_gpu:
+            raise RunError("backend=cuda needs an NVIDIA GPU that CuPy can use; none was found "
+                           "(backend=opencl runs on the CPU)")
+        self.device_id = device
+        if self.has_gpu:
+            import cupy
+
+            if not 0 <= device < gpu_count():
+                raise RunError(f"backend.device={device}: CUDA sees {gpu_count()} GPU(s)")
+            self._cupy = cupy
+            self._device = cupy.cuda.Device(device)
+            self._device.use()
+            self._info = self._read_device_info()
+            major, minor = self._info.compute_capability.split(".")
+            self.compute_capability = int(major) * 10 + int(minor)
+        else:
+            self._info = None
+            self.compute_capability = compile_only_cc
+
+    def _read_device_info(self) -> DeviceInfo:
+        runtime = self._cupy.cuda.runtime
+        props = runtime.getDeviceProperties(self.device_id)
+        driver = runtime.driverGetVersion()
+        name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return DeviceInfo(
+            name=name,
+            vendor="NVIDIA",
+            platform="CUDA",
+            driver=f"CUDA driver {driver // 1000}.{driver % 1000 // 10}, "
+                   f"runtime {runtime.runtimeGetVersion()}",
+            device_type="gpu",
+            global_memory_bytes=int(props["totalGlobalMem"]),
+            max_alloc_bytes=int(props["totalGlobalMem"]),
+            local_memory_bytes=int(props["sharedMemPerBlock"]),
+            max_work_group_size=int(props["maxThreadsPerBlock"]),
+            max_work_item_sizes=tuple(int(v) for v in props["maxThreadsDim"]),
+            compute_units=int(props["multiProcessorCount"]),
+            compute_capability=f"{props['major']}.{props['minor']}",
+            pci_bus_id=int(props["pciBusID"]),
+        )
+
+    def device_info(self) -> DeviceInfo:
+        if self._info is None:
+            raise RunError("backend=cuda: no GPU, so no device information")
+        return self._info
+
+    def compile(self, source: str, source_name: str, entries: Sequence[str],
+                defines: Mapping[str, int]) -> CompiledProgram:
+        output = compile_cuda(source, source_name, defines, self.compute_capability)
+        reported = parse_ptxas_report(output.log)
+        kernels, resources = {}, {}
+        module = None
+        if self.has_gpu:
+            module = self._cupy.cuda.function.Module()
+            module.load(output.cubin)
+        for entry in entries:
+            if entry not in reported:
+                raise RunError(f"{source_name} has no kernel named {entry} "
+                               "(is it declared extern \"C\" __global__?)")
+            if module is None:
+                kernels[entry] = None
+                resources[entry] = reported[entry]
+            else:
+                function = module.get_function(entry)
+                kernels[entry] = function
+                resources[entry] = self._function_resources(function, reported[entry])
+        return CompiledProgram(kernels, output.log, output.options, resources, keepalive=module)
+
+    def _function_resources(self, function, reported: KernelResources) -> KernelResources:
+        from cupy_backends.cuda.api import driver
+
+        def attribute(which):
+            return int(driver.funcGetAttribute(which, function.ptr))
+
+        return KernelResources(
+            registers=attribute(driver.CU_FUNC_ATTRIBUTE_NUM_REGS),
+            spill_store_bytes=reported.spill_store_bytes,
+            spill_load_bytes=reported.spill_load_bytes,
+            stack_bytes=reported.stack_bytes,
+            local_memory_bytes=attribute(driver.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES),
+            private_memory_bytes=attribute(driver.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES),
+            max_work_group_size=attribute(driver.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK),
+        )
+
+    def alloc(self, count: int):
+        return self._cupy.empty(max(1, count), dtype=self._cupy.float32)
+
+    def upload(self, host: np.ndarray):
+        return self._cupy.asarray(np.ascontiguousarray(host, dtype=np.float32).ravel())
+
+    def download(self, buffer, shape: tuple[int, ...]) -> np.ndarray:
+        count = int(np.prod(shape))
+        return self._cupy.asnumpy(buffer[:count]).reshape(shape)
+
+    def poison(self, buffer) -> None:
+        buffer.fill(np.nan)
+
+    def launch(self, kernel, groups: Sequence[int], local: Sequence[int],
+               args: Sequence[Any]) -> None:
+        grid = tuple(groups) + (1,) * (3 - len(groups))
+        block = tuple(local) + (1,) * (3 - len(local))
+        kernel_args = tuple(np.int32(a) if isinstance(a, int) else a for a in args)
+        kernel(grid, block, kernel_args)
+        return None
+
+    def device_copy(self, dst, src, nbytes: int) -> None:
+        dst.data.copy_from_device_async(src.data, nbytes)
+        return None
+
+    def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
+        start, end = self._cupy.cuda.Event(), self._cupy.cuda.Event()
+        start.record()
+        enqueue()
+        end.record()
+        end.synchronize()
+        return self._cupy.cuda.get_elapsed_time(start, end)
+
+    def synchronize(self) -> None:
+        self._cupy.cuda.runtime.deviceSynchronize()

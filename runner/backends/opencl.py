@@ -1,0 +1,198 @@
+"""OpenCL through pyopencl: PoCL on any CPU, NVIDIA's or another vendor's driver on a GPU."""
+
+import logging
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+import numpy as np
+import pyopencl as cl
+
+from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
+from runner.backends.ptxas import parse_ptxas_report
+from runner.errors import RunError
+
+log = logging.getLogger(__name__)
+
+_DEVICE_TYPES = {
+    "gpu": cl.device_type.GPU,
+    "cpu": cl.device_type.CPU,
+    "accelerator": cl.device_type.ACCELERATOR,
+}
+
+
+def _type_name(device: "cl.Device") -> str:
+    for name, flag in _DEVICE_TYPES.items():
+        if device.type & flag:
+            return name
+    return "other"
+
+
+def _matches(selector: Optional[str], index: int, name: str) -> bool:
+    """A selector is an index ("0") or a case-insensitive part of the name ("nvidia")."""
+    if selector is None:
+        return True
+    selector = str(selector).strip()
+    if selector.isdigit():
+        return int(selector) == index
+    return selector.lower() in name.lower()
+
+
+def _is_simulator(device: "cl.Device") -> bool:
+    # Oclgrind calls itself a GPU; it runs kernels thousands of times slower than the CPU.
+    return "oclgrind" in device.platform.name.lower()
+
+
+def select_device(platform: Optional[str], device: Optional[str],
+                  device_type: str) -> tuple["cl.Device", str]:
+    """The device the config asks for, and a sentence saying which one it is and why."""
+    try:
+        platforms = cl.get_platforms()
+    except cl.Error as error:
+        raise RunError(f"OpenCL: no platform found ({error}); "
+                       "install one, e.g. pip install 'pyopencl[pocl]'") from None
+    chosen_platforms = [p for i, p in enumerate(platforms) if _matches(platform, i, p.name)]
+    if not chosen_platforms:
+        names = ", ".join(f"{i}: {p.name}" for i, p in enumerate(platforms))
+        raise RunError(f"OpenCL: backend.platform={platform} matches no platform ({names})")
+
+    candidates = []  # (device, index within its platform)
+    for p in chosen_platforms:
+        for i, d in enumerate(p.get_devices()):
+            if _matches(device, i, d.name):
+                candidates.append(d)
+    if not candidates:
+        raise RunError(f"OpenCL: backend.device={device} matches no device on "
+                       f"{', '.join(p.name for p in chosen_platforms)}")
+
+    if device_type == "auto":
+        if platform is None:  # a simulator is for race checks, never a default
+            candidates = [d for d in candidates if not _is_simulator(d)] or candidates
+        gpus = [d for d in candidates if _type_name(d) == "gpu"]
+        if gpus:
+            return gpus[0], "a GPU (the default picks a GPU when there is one)"
+        return candidates[0], "no GPU found, so the first device (the CPU through PoCL if installed)"
+    typed = [d for d in candidates if _type_name(d) == device_type]
+    if not typed:
+        shown = ", ".join(f"{d.name} ({_type_name(d)})" for d in candidates)
+        raise RunError(f"OpenCL: backend.device_type={device_type} matches none of: {shown}")
+    return typed[0], f"backend.device_type={device_type}"
+
+
+def _nvidia_pci_bus_id(device: "cl.Device") -> Optional[int]:
+    try:  # cl_nv_device_attribute_query; other drivers do not have it
+        return int(device.pci_bus_id_nv)
+    except (cl.Error, AttributeError):
+        return None
+
+
+class OpenCLBackend(Backend):
+    name = "opencl"
+
+    def __init__(self, platform: Optional[str] = None, device: Optional[str] = None,
+                 device_type: str = "auto"):
+        self.device, self.selection_reason = select_device(platform, device, device_type)
+        self.context = cl.Context([self.device])
+        self.queue = cl.CommandQueue(
+            self.context, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self._info = self._read_device_info()
+
+    def _read_device_info(self) -> DeviceInfo:
+        d = self.device
+        return DeviceInfo(
+            name=d.name.strip(),
+            vendor=d.vendor.strip(),
+            platform=d.platform.name.strip(),
+            driver=f"{d.driver_version.strip()} ({d.version.strip()})",
+            device_type=_type_name(d),
+            global_memory_bytes=d.global_mem_size,
+            max_alloc_bytes=d.max_mem_alloc_size,
+            local_memory_bytes=d.local_mem_size,
+            max_work_group_size=d.max_work_group_size,
+            max_work_item_sizes=tuple(d.max_work_item_sizes),
+            compute_units=d.max_compute_units,
+            pci_bus_id=_nvidia_pci_bus_id(d),
+        )
+
+    def device_info(self) -> DeviceInfo:
+        return self._info
+
+    def compile(self, source: str, source_name: str, entries: Sequence[str],
+                defines: Mapping[str, int]) -> CompiledProgram:
+        options = [f"-D{name}={int(value)}" for name, value in defines.items()]
+        if self._info.is_nvidia_gpu:
+            options.append("-cl-nv-verbose")  # ptxas' register and spill report in the build log
+        program = cl.Program(self.context, source)
+        try:
+            program.build(options=options, devices=[self.device])
+        except cl.RuntimeError as error:
+            log_text = program.get_build_info(self.device, cl.program_build_info.LOG)
+            first = next((line for line in log_text.splitlines() if "error" in line.lower()),
+                         str(error).splitlines()[0])
+            raise RunError(f"OpenCL build of {source_name} failed: {first.strip()}",
+                           ) from None
+        build_log = program.get_build_info(self.device, cl.program_build_info.LOG) or ""
+        kernels, resources = {}, {}
+        reported = parse_ptxas_report(build_log)
+        for entry in entries:
+            try:
+                kernel = cl.Kernel(program, entry)
+            except cl.LogicError:
+                raise RunError(f"{source_name} has no kernel named {entry}") from None
+            kernels[entry] = kernel
+            resources[entry] = self._kernel_resources(kernel, reported.get(entry))
+        return CompiledProgram(kernels, build_log, options, resources)
+
+    def _kernel_resources(self, kernel: "cl.Kernel",
+                          reported: Optional[KernelResources]) -> KernelResources:
+        def query(param):
+            try:
+                return int(kernel.get_work_group_info(param, self.device))
+            except cl.Error:
+                return None  # the driver cannot tell: absent, not zero
+
+        info = cl.kernel_work_group_info
+        reported = reported or KernelResources()
+        return KernelResources(
+            registers=reported.registers,
+            spill_store_bytes=reported.spill_store_bytes,
+            spill_load_bytes=reported.spill_load_bytes,
+            stack_bytes=reported.stack_bytes,
+            local_memory_bytes=query(info.LOCAL_MEM_SIZE),
+            private_memory_bytes=query(info.PRIVATE_MEM_SIZE),
+            max_work_group_size=query(info.WORK_GROUP_SIZE),
+        )
+
+    def alloc(self, count: int) -> "cl.Buffer":
+        return cl.Buffer(self.context, cl.mem_flags.READ_WRITE, size=max(1, count) * 4)
+
+    def upload(self, host: np.ndarray) -> "cl.Buffer":
+        host = np.ascontiguousarray(host, dtype=np.float32)
+        buffer = self.alloc(host.size)
+        cl.enqueue_copy(self.queue, buffer, host).wait()
+        return buffer
+
+    def download(self, buffer: "cl.Buffer", shape: tuple[int, ...]) -> np.ndarray:
+        host = np.empty(shape, dtype=np.float32)
+        cl.enqueue_copy(self.queue, host, buffer).wait()
+        return host
+
+    def poison(self, buffer: "cl.Buffer") -> None:
+        cl.enqueue_fill_buffer(self.queue, buffer, np.float32(np.nan), 0, buffer.size).wait()
+
+    def launch(self, kernel: "cl.Kernel", groups: Sequence[int], local: Sequence[int],
+               args: Sequence[Any]) -> "cl.Event":
+        global_size = tuple(g * l for g, l in zip(groups, local))
+        kernel_args = [np.int32(a) if isinstance(a, int) else a for a in args]
+        kernel.set_args(*kernel_args)
+        return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, tuple(local))
+
+    def device_copy(self, dst: "cl.Buffer", src: "cl.Buffer", nbytes: int) -> "cl.Event":
+        return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
+
+    def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
+        events = list(enqueue())
+        events[-1].wait()
+        # In-order queue: from the start of the first command to the end of the last.
+        return (events[-1].profile.end - events[0].profile.start) * 1e-6
+
+    def synchronize(self) -> None:
+        self.queue.finish()

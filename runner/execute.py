@@ -1,0 +1,150 @@
+"""One run: compile with defines, check limits, verify one launch, time, run the vendor baseline.
+
+Backend-agnostic and kernel-agnostic: everything kernel-specific comes from the plan.
+Everything learnt along the way goes to the recorder at once, so a run that fails halfway is
+still recorded with what it had.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+from runner.backends.base import Backend, DeviceInfo, KernelResources
+from runner.errors import RunError, VerificationError
+from runner.limits import check_kernel_limits, check_launch_limits, check_memory
+from runner.operations import CheckResult, check_result, make_problem
+from runner.paths import kernel_source_path
+from runner.spec import KernelPlan
+from runner.timing import TimeStats, measure
+from runner.vendor import VendorResult, vendor_baseline
+
+SOURCE_SUFFIX = {"opencl": "cl", "cuda": "cu"}
+
+
+@dataclass
+class RunOutcome:
+    plan: KernelPlan
+    device: DeviceInfo
+    resources: dict[str, KernelResources]
+    check: CheckResult
+    stats: TimeStats
+    vendor: Optional[VendorResult]
+    vendor_stats: Optional[TimeStats]
+    metrics: dict[str, Optional[float]]
+
+    @property
+    def main_resources(self) -> KernelResources:
+        """The last launch is the kernel the step is about (a pre-pass comes first)."""
+        return self.resources[self.plan.launches[-1].entry]
+
+
+def source_with_defines(source: str, options: list[str], defines: dict[str, int]) -> str:
+    """The exact source as compiled: the -D defines written out, so the file compiles alone."""
+    header = ["// compiled by gemmlab with: " + " ".join(options)]
+    header += [f"#define {name} {value}" for name, value in defines.items()]
+    return "\n".join(header) + "\n" + source
+
+
+def resource_metrics(resources: KernelResources, prefix: str = "kernel/") -> dict:
+    return {
+        f"{prefix}registers": resources.registers,
+        f"{prefix}spill_bytes": resources.spill_bytes,
+        f"{prefix}spill_store_bytes": resources.spill_store_bytes,
+        f"{prefix}spill_load_bytes": resources.spill_load_bytes,
+        f"{prefix}stack_bytes": resources.stack_bytes,
+        f"{prefix}shared_bytes": resources.local_memory_bytes,
+        f"{prefix}private_bytes": resources.private_memory_bytes,
+        f"{prefix}max_work_group_size": resources.max_work_group_size,
+    }
+
+
+def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
+    device = backend.device_info()
+    recorder.tags({
+        "device.name": device.name, "device.vendor": device.vendor,
+        "device.platform": device.platform, "device.driver": device.driver,
+        "device.type": device.device_type, "device.compute_capability": device.compute_capability,
+        "timing.launches": " + ".join(launch.entry for launch in plan.launches),
+    })
+    check_launch_limits(plan, device)
+    problem = make_problem(plan.operation, plan.size, cfg.seed)
+    out_rows, out_cols = problem.output_shape
+    buffer_floats = {name: array.size for name, array in problem.inputs.items()}
+    buffer_floats[problem.output_name] = out_rows * out_cols
+    buffer_floats.update(plan.scratch)
+    if plan.operation.value != "sgemm":
+        buffer_floats["baseline copy"] = problem.inputs["src"].size
+    check_memory(plan, device, buffer_floats)
+
+    file_name = getattr(cfg.kernel.sources, backend.name)
+    path = kernel_source_path(backend.name, file_name)
+    if not path.is_file():
+        raise RunError(f"{plan.name}: source {path} does not exist")
+    source = path.read_text()
+    program = backend.compile(source, file_name, plan.entries, plan.defines)
+    recorder.text(source_with_defines(source, program.options, plan.defines),
+                  f"source/{file_name}")
+    recorder.text(program.log or "(the compiler printed nothing)\n", "compile_log.txt")
+    resources = dict(program.resources)
+    main = resources[plan.launches[-1].entry]
+    metrics = resource_metrics(main)
+    if len(plan.launches) > 1:
+        for launch in plan.launches[:-1]:
+            metrics.update(resource_metrics(resources[launch.entry], f"prepass/{launch.entry}/"))
+    recorder.metrics(metrics)
+    check_kernel_limits(plan, device, resources)
+
+    buffers = {name: backend.upload(array) for name, array in problem.inputs.items()}
+    buffers[problem.output_name] = backend.alloc(out_rows * out_cols)
+    for name, count in plan.scratch.items():
+        buffers[name] = backend.alloc(count)
+    values = {**plan.size.as_names(), **buffers}
+
+    def enqueue():
+        return [backend.launch(program.kernels[launch.entry], launch.groups, launch.local,
+                               [values[arg] for arg in launch.args])
+                for launch in plan.launches]
+
+    # The checked launch: poisoned output and scratch, so nothing stale can pass for a result.
+    backend.poison(buffers[problem.output_name])
+    for name in plan.scratch:
+        backend.poison(buffers[name])
+    backend.time_ms(enqueue)
+    result = backend.download(buffers[problem.output_name], problem.output_shape)
+    check = check_result(plan.operation, problem, result, cfg.check, cfg.seed)
+    metrics["check/rel_error"] = check.rel_error if check.rel_error == check.rel_error else None
+    metrics["check/passed"] = 1.0 if check.passed else 0.0
+    recorder.metrics(metrics)
+    recorder.tags({"check.method": check.method})
+    if not check.passed:
+        raise VerificationError(f"{plan.name} gave a wrong result at "
+                                f"{plan.size.label(plan.operation)}: {check.detail}")
+
+    samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
+                      f"{plan.name} on {backend.name}")
+    stats = TimeStats.of(samples)
+    seconds = stats.median * 1e-3
+    metrics.update({
+        "time_ms/median": stats.median, "time_ms/mean": stats.mean, "time_ms/min": stats.min,
+        "time_ms/max": stats.max, "time_ms/q1": stats.q1, "time_ms/q3": stats.q3,
+        "perf/gflops": plan.flops / seconds / 1e9 if plan.flops else None,
+        "bw/gbps": plan.min_bytes / seconds / 1e9,
+    })
+    recorder.metrics(metrics)
+    recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
+
+    vendor = vendor_baseline(backend, plan.operation, problem, buffers, cfg.timing, cfg.check,
+                             cfg.seed)
+    vendor_stats = None
+    if vendor is not None:
+        vendor_stats = TimeStats.of(vendor.samples_ms)
+        vendor_seconds = vendor_stats.median * 1e-3
+        metrics.update({
+            "vendor/time_ms_median": vendor_stats.median,
+            "vendor/gflops": plan.flops / vendor_seconds / 1e9 if plan.flops else None,
+            "vendor/gbps": plan.min_bytes / vendor_seconds / 1e9,
+            "vendor/rel_error": vendor.rel_error,
+            "perf/pct_of_vendor": 100.0 * vendor_stats.median / stats.median,
+        })
+        recorder.tags({"vendor.name": vendor.name})
+        recorder.metrics(metrics)
+    return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics)

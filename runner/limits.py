@@ -1,0 +1,60 @@
+"""Checks of a plan against what the device allows: each failure is one line naming both sides."""
+
+from typing import Mapping
+
+from runner.backends.base import DeviceInfo, KernelResources
+from runner.errors import RunError
+from runner.spec import KernelPlan
+
+
+def _gb(nbytes: int) -> str:
+    return f"{nbytes / 1e9:.2f} GB"
+
+
+def check_launch_limits(plan: KernelPlan, device: DeviceInfo) -> None:
+    """Work-group shape against the device's limits, before anything is compiled."""
+    for launch in plan.launches:
+        shape = "x".join(str(v) for v in launch.local)
+        if launch.work_group_size > device.max_work_group_size:
+            raise RunError(f"{plan.name}: work-group {shape} = {launch.work_group_size} "
+                           f"work-items exceeds the {device.max_work_group_size} that "
+                           f"{device.name} allows")
+        for dim, (extent, limit) in enumerate(zip(launch.local, device.max_work_item_sizes)):
+            if extent > limit:
+                raise RunError(f"{plan.name}: work-group {shape} is {extent} in dimension {dim}, "
+                               f"over the {limit} that {device.name} allows there")
+
+
+def check_memory(plan: KernelPlan, device: DeviceInfo, buffer_floats: Mapping[str, int]) -> None:
+    """All buffers of the run (inputs, output, scratch, baseline) against the device memory."""
+    sizes = {name: count * 4 for name, count in buffer_floats.items()}
+    total = sum(sizes.values())
+    shown = ", ".join(f"{name} {_gb(n)}" for name, n in sizes.items())
+    if total > device.global_memory_bytes:
+        raise RunError(f"{plan.name} at {plan.size.label(plan.operation)} needs {_gb(total)} of "
+                       f"device memory ({shown}) but {device.name} has "
+                       f"{_gb(device.global_memory_bytes)}")
+    for name, nbytes in sizes.items():
+        if nbytes > device.max_alloc_bytes:
+            raise RunError(f"{plan.name}: buffer {name} needs {_gb(nbytes)} but {device.name} "
+                           f"allocates at most {_gb(device.max_alloc_bytes)} in one buffer")
+
+
+def check_kernel_limits(plan: KernelPlan, device: DeviceInfo,
+                        resources: Mapping[str, KernelResources]) -> None:
+    """What the compiled kernel needs (local memory, work-group size) against the device."""
+    for launch in plan.launches:
+        used = resources.get(launch.entry)
+        if used is None:
+            continue
+        if used.local_memory_bytes is not None and \
+                used.local_memory_bytes > device.local_memory_bytes:
+            raise RunError(f"{plan.name}: {launch.entry} uses {used.local_memory_bytes} bytes of "
+                           f"local/shared memory per work-group, over the "
+                           f"{device.local_memory_bytes} that {device.name} allows")
+        if used.max_work_group_size is not None and \
+                launch.work_group_size > used.max_work_group_size:
+            raise RunError(f"{plan.name}: {launch.entry} can run at most "
+                           f"{used.max_work_group_size} work-items per work-group on "
+                           f"{device.name} (registers or local memory limit it), "
+                           f"but the launch asks for {launch.work_group_size}")

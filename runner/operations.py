@@ -1,0 +1,114 @@
+"""What each operation computes, its inputs, and how its result is checked.
+
+Per operation, never per kernel: every SGEMM step shares `sgemm`, every copy/transpose step
+shares `copy` or `transpose`.
+"""
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from runner.schema import Operation
+from runner.spec import ProblemSize
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    passed: bool
+    rel_error: float  # relative Frobenius error (0.0 for an exact match)
+    method: str  # how it was checked, in words
+    detail: str = ""  # why it failed
+
+
+@dataclass
+class Problem:
+    inputs: dict[str, np.ndarray]  # operation buffer name -> host array (float32)
+    output_name: str
+    output_shape: tuple[int, int]
+
+
+def make_problem(operation: Operation, size: ProblemSize, seed: int) -> Problem:
+    """Fresh random inputs from `seed`: uniform in [-1, 1), never zeros."""
+    rng = np.random.default_rng(seed)
+
+    def draw(rows: int, cols: int) -> np.ndarray:
+        return rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
+
+    if operation is Operation.sgemm:
+        return Problem({"A": draw(size.M, size.K), "B": draw(size.K, size.N)}, "C",
+                       (size.M, size.N))
+    if operation is Operation.copy:
+        return Problem({"src": draw(size.M, size.N)}, "dst", (size.M, size.N))
+    return Problem({"src": draw(size.M, size.N)}, "dst", (size.N, size.M))
+
+
+def _unwritten(result: np.ndarray) -> Optional[str]:
+    bad = ~np.isfinite(result)
+    if bad.any():
+        row, col = np.argwhere(bad)[0]
+        return (f"{int(bad.sum())} of {result.size} output elements are not finite "
+                f"(first at [{row}, {col}]): unwritten or wrong")
+    return None
+
+
+def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
+                full_reference_max_macs: int, sample_rows: int, sample_cols: int,
+                seed: int) -> CheckResult:
+    """Relative Frobenius error of C against a float64 reference.
+
+    Small problems: the whole product. Large ones: whole rows and whole columns of C at random
+    positions, exact in float64 where they look and O((rows + cols) * K * N) to compute; every
+    element of C is still checked to be written (the output was poisoned with NaN).
+    """
+    problem = _unwritten(C)
+    if problem:
+        return CheckResult(False, float("nan"), "finite check", problem)
+    M, K = A.shape
+    N = B.shape[1]
+    if M * N * K <= full_reference_max_macs:
+        reference = A.astype(np.float64) @ B.astype(np.float64)
+        error = np.linalg.norm(C - reference) / max(np.linalg.norm(reference), 1e-300)
+        method = "full float64 reference"
+    else:
+        rng = np.random.default_rng(seed + 1)
+        rows = rng.choice(M, size=min(sample_rows, M), replace=False)
+        cols = rng.choice(N, size=min(sample_cols, N), replace=False)
+        ref_rows = A[rows].astype(np.float64) @ B.astype(np.float64)
+        ref_cols = A.astype(np.float64) @ B[:, cols].astype(np.float64)
+        diff = np.linalg.norm(C[rows] - ref_rows) ** 2 + np.linalg.norm(C[:, cols] - ref_cols) ** 2
+        norm = np.linalg.norm(ref_rows) ** 2 + np.linalg.norm(ref_cols) ** 2
+        error = np.sqrt(diff / max(norm, 1e-300))
+        method = (f"float64 reference on {len(rows)} random rows and {len(cols)} random columns, "
+                  "finite check on all of C")
+    error = float(error)
+    if not error <= tolerance:
+        return CheckResult(False, error, method,
+                           f"relative error {error:.3e} exceeds the tolerance {tolerance:.1e}")
+    return CheckResult(True, error, method)
+
+
+def check_exact(expected: np.ndarray, result: np.ndarray) -> CheckResult:
+    """Bitwise equality: a copy or a transpose moves values, it must not change one bit."""
+    if expected.shape != result.shape:
+        return CheckResult(False, float("nan"), "bitwise", f"shape {result.shape} != "
+                                                            f"{expected.shape}")
+    differ = expected.view(np.uint32) != result.view(np.uint32)
+    if differ.any():
+        row, col = np.argwhere(differ)[0]
+        return CheckResult(False, float("nan"), "bitwise equality",
+                           f"{int(differ.sum())} of {result.size} elements differ "
+                           f"(first at [{row}, {col}]: {result[row, col]!r} instead of "
+                           f"{expected[row, col]!r})")
+    return CheckResult(True, 0.0, "bitwise equality")
+
+
+def check_result(operation: Operation, problem: Problem, result: np.ndarray, check_cfg,
+                 seed: int) -> CheckResult:
+    if operation is Operation.sgemm:
+        return check_sgemm(problem.inputs["A"], problem.inputs["B"], result, check_cfg.tolerance,
+                           check_cfg.full_reference_max_macs, check_cfg.sample_rows,
+                           check_cfg.sample_cols, seed)
+    source = problem.inputs["src"]
+    expected = source if operation is Operation.copy else np.ascontiguousarray(source.T)
+    return check_exact(expected, result)

@@ -1,0 +1,124 @@
+"""Structured configs: the schema every composed config is checked against.
+
+A typo in a key or a value of the wrong type fails at composition with Hydra's own message,
+before anything is compiled or recorded.
+"""
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Dict, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import II, MISSING
+
+
+class Operation(Enum):
+    sgemm = "sgemm"
+    copy = "copy"
+    transpose = "transpose"
+
+
+class DeviceType(Enum):
+    auto = "auto"  # a GPU if any platform has one, else the CPU
+    gpu = "gpu"
+    cpu = "cpu"
+    accelerator = "accelerator"
+
+
+@dataclass
+class ConstraintConfig:
+    rule: str = MISSING  # expression over the parameters, M, N, K
+    reason: str = MISSING  # one line, shown when the rule fails
+
+
+@dataclass
+class LaunchConfig:
+    entry: str = MISSING  # kernel function name in the source file
+    args: List[str] = MISSING  # names: M, N, K, the operation's buffers, scratch buffers
+    local: List[str] = MISSING  # work-group size per dimension (expressions), dimension 0 first
+    groups: List[str] = MISSING  # work-groups per dimension (expressions)
+
+
+@dataclass
+class WorkConfig:
+    flops: str = "0"  # floating-point operations of one run (expression)
+    bytes: str = MISSING  # minimum bytes any implementation must move (expression)
+
+
+@dataclass
+class SourcesConfig:
+    opencl: str = MISSING  # file name in kernels/opencl/
+    cuda: str = MISSING  # file name in kernels/cuda/
+
+
+@dataclass
+class KernelConfig:
+    name: str = MISSING
+    operation: Operation = MISSING
+    summary: str = MISSING
+    sources: SourcesConfig = field(default_factory=SourcesConfig)
+    params: Dict[str, int] = field(default_factory=dict)  # macro name -> value
+    allowed: Dict[str, List[int]] = field(default_factory=dict)  # macro name -> allowed values
+    constraints: List[ConstraintConfig] = field(default_factory=list)
+    launches: List[LaunchConfig] = MISSING
+    scratch: Dict[str, str] = field(default_factory=dict)  # buffer name -> float count (expression)
+    edges: str = MISSING  # how sizes that are not tile multiples are handled
+    work: WorkConfig = field(default_factory=WorkConfig)
+
+
+@dataclass
+class OpenCLConfig:
+    name: str = "opencl"
+    platform: Optional[str] = None  # index or part of the name; None: search every platform
+    device: Optional[str] = None  # index or part of the name, within the chosen platform(s)
+    device_type: DeviceType = DeviceType.auto
+
+
+@dataclass
+class CUDAConfig:
+    name: str = "cuda"
+    device: int = 0  # CUDA device id
+    # Compute capability to compile for when no GPU is present (compile-only checks, CI).
+    compile_only_cc: int = 90
+
+
+@dataclass
+class TimingConfig:
+    warmup: int = 5  # untimed launches after the checked one
+    repeats: int = 20  # timed launches; the median is the headline number
+
+
+@dataclass
+class TrackingConfig:
+    uri: str = "sqlite:///mlflow.db"  # MLflow's own local store, in the working directory
+    experiment: str = "gemmlab"
+
+
+@dataclass
+class CheckConfig:
+    tolerance: float = 5.0e-5  # relative Frobenius error allowed for float results
+    # Above this many multiply-adds the float64 reference is computed on sampled rows and columns.
+    full_reference_max_macs: int = 1 << 27
+    sample_rows: int = 64
+    sample_cols: int = 64
+
+
+@dataclass
+class Config:
+    backend: Any = MISSING
+    kernel: KernelConfig = MISSING
+    size: int = 1024  # sets M = N = K unless m, n or k is given
+    m: int = II("size")
+    n: int = II("size")
+    k: int = II("size")
+    seed: int = 0  # inputs are drawn from this seed; it is logged with the run
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    check: CheckConfig = field(default_factory=CheckConfig)
+
+
+def register_configs() -> None:
+    store = ConfigStore.instance()
+    store.store(name="gemmlab_schema", node=Config)
+    store.store(group="backend", name="opencl_schema", node=OpenCLConfig)
+    store.store(group="backend", name="cuda_schema", node=CUDAConfig)

@@ -1,0 +1,165 @@
+"""From a composed kernel config and a problem size to a checked launch plan.
+
+Everything a user can set is checked here, before anything is compiled: sizes, that every tiling
+parameter is an integer among its allowed values, the kernel's own constraints (each failure
+names the rule and its reason), and the launch geometry. Only values that pass reach a compiler
+option string, as `-DNAME=value`.
+"""
+
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from runner.errors import RunError
+from runner.expressions import ExpressionError, evaluate, evaluate_int
+from runner.schema import Operation
+
+MACRO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
+INT32_MAX = 2**31 - 1
+
+# Buffers each operation provides to the kernels, by the names the launches' `args` use.
+OPERATION_BUFFERS = {
+    Operation.sgemm: ("A", "B", "C"),
+    Operation.copy: ("src", "dst"),
+    Operation.transpose: ("src", "dst"),
+}
+
+
+@dataclass(frozen=True)
+class ProblemSize:
+    M: int
+    N: int
+    K: int
+
+    def as_names(self) -> dict[str, int]:
+        return {"M": self.M, "N": self.N, "K": self.K}
+
+    def label(self, operation: Operation) -> str:
+        if operation is Operation.sgemm:
+            return f"{self.M}x{self.N}x{self.K}"
+        return f"{self.M}x{self.N}"
+
+
+@dataclass(frozen=True)
+class Launch:
+    entry: str
+    args: tuple[str, ...]
+    local: tuple[int, ...]
+    groups: tuple[int, ...]
+
+    @property
+    def work_group_size(self) -> int:
+        size = 1
+        for extent in self.local:
+            size *= extent
+        return size
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    name: str
+    operation: Operation
+    params: Mapping[str, int]
+    size: ProblemSize
+    launches: tuple[Launch, ...]
+    scratch: Mapping[str, int]  # buffer name -> float count
+    flops: int
+    min_bytes: int
+
+    @property
+    def defines(self) -> dict[str, int]:
+        return dict(self.params)
+
+    @property
+    def entries(self) -> list[str]:
+        return list(dict.fromkeys(launch.entry for launch in self.launches))
+
+
+def check_sizes(operation: Operation, size: ProblemSize) -> None:
+    used = ("M", "N", "K") if operation is Operation.sgemm else ("M", "N")
+    for name in used:
+        value = getattr(size, name)
+        if value < 1:
+            raise RunError(f"{name}={value} is not a valid size: every size must be >= 1")
+    pairs = [("M*K", size.M * size.K), ("K*N", size.K * size.N), ("M*N", size.M * size.N)]
+    if operation is not Operation.sgemm:
+        pairs = pairs[2:]
+    for label, elements in pairs:
+        if elements > INT32_MAX:
+            raise RunError(f"{label}={elements} elements is too large: the kernels index "
+                           f"with 32-bit ints (at most {INT32_MAX})")
+
+
+def check_params(name: str, params: Mapping[str, int], allowed: Mapping[str, list]) -> None:
+    for macro in params:
+        if not MACRO_NAME.match(macro):
+            raise RunError(f"{name}: parameter name {macro!r} is not an upper-case macro name")
+        if macro not in allowed:
+            raise RunError(f"{name}: parameter {macro} has no list of allowed values in its spec")
+    for macro, values in allowed.items():
+        if macro not in params:
+            raise RunError(f"{name}: parameter {macro} has allowed values but no value")
+        value = params[macro]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise RunError(f"{name}: {macro}={value!r} is not an integer")
+        if value not in values:
+            shown = ", ".join(str(v) for v in values)
+            raise RunError(f"{name}: {macro}={value} is not an allowed value (allowed: {shown})")
+
+
+def check_constraints(name: str, constraints, names: Mapping[str, int]) -> None:
+    for constraint in constraints:
+        try:
+            holds = evaluate(constraint.rule, names)
+        except ExpressionError as error:
+            raise RunError(f"{name}: bad constraint: {error}") from None
+        if not holds:
+            shown = ", ".join(f"{k}={v}" for k, v in names.items())
+            raise RunError(f"{name}: constraint `{constraint.rule}` fails ({shown}): "
+                           f"{constraint.reason}")
+
+
+def _ints(name: str, what: str, expressions, names: Mapping[str, int]) -> tuple[int, ...]:
+    try:
+        values = tuple(evaluate_int(expression, names) for expression in expressions)
+    except ExpressionError as error:
+        raise RunError(f"{name}: bad {what}: {error}") from None
+    if not 1 <= len(values) <= 3 or any(v < 1 for v in values):
+        raise RunError(f"{name}: {what} {list(expressions)} gives {values}: "
+                       "one to three dimensions, each >= 1")
+    return values
+
+
+def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
+    """Check a composed kernel config against `size` and work out its launches."""
+    name = kernel_cfg.name
+    operation = Operation(kernel_cfg.operation)
+    check_sizes(operation, size)
+    params = {str(k): v for k, v in kernel_cfg.params.items()}
+    check_params(name, params, kernel_cfg.allowed)
+    names = {**params, **size.as_names()}
+    check_constraints(name, kernel_cfg.constraints, names)
+
+    try:
+        scratch = {buf: evaluate_int(expr, names) for buf, expr in kernel_cfg.scratch.items()}
+        flops = evaluate_int(kernel_cfg.work.flops, names)
+        min_bytes = evaluate_int(kernel_cfg.work.bytes, names)
+    except ExpressionError as error:
+        raise RunError(f"{name}: bad spec: {error}") from None
+
+    known_args = set(size.as_names()) | set(OPERATION_BUFFERS[operation]) | set(scratch)
+    launches = []
+    for launch_cfg in kernel_cfg.launches:
+        unknown = [arg for arg in launch_cfg.args if arg not in known_args]
+        if unknown:
+            raise RunError(f"{name}: launch {launch_cfg.entry} names unknown arguments {unknown} "
+                           f"(known: {sorted(known_args)})")
+        local = _ints(name, "local size", launch_cfg.local, names)
+        groups = _ints(name, "group count", launch_cfg.groups, names)
+        if len(local) != len(groups):
+            raise RunError(f"{name}: launch {launch_cfg.entry} has {len(local)} local dimensions "
+                           f"but {len(groups)} group dimensions")
+        launches.append(Launch(launch_cfg.entry, tuple(launch_cfg.args), local, groups))
+    if not launches:
+        raise RunError(f"{name}: the spec lists no launches")
+    return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes)

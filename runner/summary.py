@@ -1,0 +1,41 @@
+"""The terminal's short account of a run: one line of results and where it was recorded."""
+
+from rich.console import Console
+
+from runner.execute import RunOutcome
+
+console = Console(stderr=False, highlight=False, soft_wrap=True)
+error_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _number(value, fmt: str, missing: str = "—") -> str:
+    return missing if value is None else format(value, fmt)
+
+
+def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
+    plan, metrics = outcome.plan, outcome.metrics
+    size = plan.size.label(plan.operation)
+    if plan.flops:
+        rate = f"{_number(metrics.get('perf/gflops'), ',.1f')} GFLOPS"
+    else:
+        rate = f"{_number(metrics.get('bw/gbps'), ',.1f')} GB/s"
+    vendor = ""
+    if outcome.vendor is not None:
+        vendor = f" · {metrics['perf/pct_of_vendor']:.1f}% of {outcome.vendor.name}"
+    error = "exact" if plan.operation.value != "sgemm" else f"err {outcome.check.rel_error:.1e}"
+    registers = _number(outcome.main_resources.registers, "d")
+    launches = ""
+    if len(plan.launches) > 1:
+        launches = f" (time includes {' + '.join(l.entry for l in plan.launches)})"
+    console.print(
+        f"[bold]{plan.name}[/] · {backend_name} · {outcome.device.name} · {size} · "
+        f"{outcome.stats.median:.4f} ms{launches} · [bold]{rate}[/]{vendor} · {error} · "
+        f"regs {registers}"
+    )
+    console.print(f"  recorded: {where}")
+
+
+def print_failure(reason: str, where: str | None) -> None:
+    error_console.print(f"[bold red]gemmlab: error:[/] {reason}")
+    if where:
+        error_console.print(f"  recorded as FAILED: {where}")
