@@ -6,12 +6,12 @@ still recorded with what it had.
 """
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Callable, Optional
 
-from runner.backends.base import Backend, DeviceInfo, KernelResources
+from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.errors import RunError, VerificationError
 from runner.limits import check_kernel_limits, check_launch_limits, check_memory
-from runner.operations import CheckResult, check_result, make_problem
+from runner.operations import CheckResult, Problem, check_result, make_problem
 from runner.paths import kernel_source_path
 from runner.spec import KernelPlan
 from runner.timing import TimeStats, measure
@@ -57,6 +57,53 @@ def resource_metrics(resources: KernelResources, prefix: str = "kernel/") -> dic
     }
 
 
+@dataclass
+class PreparedRun:
+    """A compiled kernel with its buffers bound: `enqueue()` puts every launch on the queue."""
+    file_name: str
+    source_artifact: str  # the exact source with its defines
+    program: CompiledProgram
+    buffers: dict
+    enqueue: Callable[[], list]
+
+
+def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem) -> PreparedRun:
+    """Compile the plan's source with its defines, upload the inputs, allocate the rest."""
+    file_name = getattr(sources_cfg, backend.name)
+    path = kernel_source_path(backend.name, file_name)
+    if not path.is_file():
+        raise RunError(f"{plan.name}: source {path} does not exist")
+    source = path.read_text()
+    program = backend.compile(source, file_name, plan.entries, plan.defines)
+    artifact = source_with_defines(source, program.options, plan.defines)
+    if program.kernels and all(kernel is None for kernel in program.kernels.values()):
+        return PreparedRun(file_name, artifact, program, {}, lambda: [])  # compile-only
+    out_rows, out_cols = problem.output_shape
+    buffers = {name: backend.upload(array) for name, array in problem.inputs.items()}
+    buffers[problem.output_name] = backend.alloc(out_rows * out_cols)
+    for name, count in plan.scratch.items():
+        buffers[name] = backend.alloc(count)
+    values = {**plan.size.as_names(), **buffers}
+
+    def enqueue():
+        return [backend.launch(program.kernels[launch.entry], launch.groups, launch.local,
+                               [values[arg] for arg in launch.args])
+                for launch in plan.launches]
+
+    return PreparedRun(file_name, artifact, program, buffers, enqueue)
+
+
+def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
+                   seed: int) -> CheckResult:
+    """One launch into poisoned output and scratch, checked against the reference."""
+    for name, buffer in prepared.buffers.items():
+        if name not in problem.inputs:
+            backend.poison(buffer)
+    backend.time_ms(prepared.enqueue)
+    result = backend.download(prepared.buffers[problem.output_name], problem.output_shape)
+    return check_result(problem.operation, problem, result, check_cfg, seed)
+
+
 def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     device = backend.device_info()
     recorder.tags({
@@ -75,42 +122,17 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         buffer_floats["baseline copy"] = problem.inputs["src"].size
     check_memory(plan, device, buffer_floats)
 
-    file_name = getattr(cfg.kernel.sources, backend.name)
-    path = kernel_source_path(backend.name, file_name)
-    if not path.is_file():
-        raise RunError(f"{plan.name}: source {path} does not exist")
-    source = path.read_text()
-    program = backend.compile(source, file_name, plan.entries, plan.defines)
-    recorder.text(source_with_defines(source, program.options, plan.defines),
-                  f"source/{file_name}")
-    recorder.text(program.log or "(the compiler printed nothing)\n", "compile_log.txt")
-    resources = dict(program.resources)
-    main = resources[plan.launches[-1].entry]
-    metrics = resource_metrics(main)
-    if len(plan.launches) > 1:
-        for launch in plan.launches[:-1]:
-            metrics.update(resource_metrics(resources[launch.entry], f"prepass/{launch.entry}/"))
+    prepared = prepare(backend, cfg.kernel.sources, plan, problem)
+    recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
+    recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
+    resources = dict(prepared.program.resources)
+    metrics = resource_metrics(resources[plan.launches[-1].entry])
+    for launch in plan.launches[:-1]:
+        metrics.update(resource_metrics(resources[launch.entry], f"prepass/{launch.entry}/"))
     recorder.metrics(metrics)
     check_kernel_limits(plan, device, resources)
 
-    buffers = {name: backend.upload(array) for name, array in problem.inputs.items()}
-    buffers[problem.output_name] = backend.alloc(out_rows * out_cols)
-    for name, count in plan.scratch.items():
-        buffers[name] = backend.alloc(count)
-    values = {**plan.size.as_names(), **buffers}
-
-    def enqueue():
-        return [backend.launch(program.kernels[launch.entry], launch.groups, launch.local,
-                               [values[arg] for arg in launch.args])
-                for launch in plan.launches]
-
-    # The checked launch: poisoned output and scratch, so nothing stale can pass for a result.
-    backend.poison(buffers[problem.output_name])
-    for name in plan.scratch:
-        backend.poison(buffers[name])
-    backend.time_ms(enqueue)
-    result = backend.download(buffers[problem.output_name], problem.output_shape)
-    check = check_result(plan.operation, problem, result, cfg.check, cfg.seed)
+    check = checked_launch(backend, prepared, problem, cfg.check, cfg.seed)
     metrics["check/rel_error"] = check.rel_error if check.rel_error == check.rel_error else None
     metrics["check/passed"] = 1.0 if check.passed else 0.0
     recorder.metrics(metrics)
@@ -119,6 +141,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         raise VerificationError(f"{plan.name} gave a wrong result at "
                                 f"{plan.size.label(plan.operation)}: {check.detail}")
 
+    enqueue, buffers = prepared.enqueue, prepared.buffers
     samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
                       f"{plan.name} on {backend.name}")
     stats = TimeStats.of(samples)

@@ -31,6 +31,10 @@ class ExpressionError(ValueError):
     pass
 
 
+class ArithmeticFailure(ExpressionError):
+    """The expression is well formed but its arithmetic fails (a division by zero)."""
+
+
 def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
     """Evaluate `expression` with `names` and the helpers in scope, and nothing else."""
     try:
@@ -52,7 +56,10 @@ def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
         if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
             raise ExpressionError(f"expression {expression!r} holds a non-number constant")
     scope = {**HELPERS, **names}
-    return eval(compile(tree, "<kernel spec>", "eval"), {"__builtins__": {}}, scope)  # noqa: S307
+    try:
+        return eval(compile(tree, "<kernel spec>", "eval"), {"__builtins__": {}}, scope)  # noqa: S307
+    except ArithmeticError as error:
+        raise ArithmeticFailure(f"expression {expression!r}: {error}") from None
 
 
 def evaluate_int(expression: str, names: Mapping[str, int]) -> int:

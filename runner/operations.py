@@ -23,6 +23,7 @@ class CheckResult:
 
 @dataclass
 class Problem:
+    operation: Operation
     inputs: dict[str, np.ndarray]  # operation buffer name -> host array (float32)
     output_name: str
     output_shape: tuple[int, int]
@@ -36,11 +37,11 @@ def make_problem(operation: Operation, size: ProblemSize, seed: int) -> Problem:
         return rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
 
     if operation is Operation.sgemm:
-        return Problem({"A": draw(size.M, size.K), "B": draw(size.K, size.N)}, "C",
+        return Problem(operation, {"A": draw(size.M, size.K), "B": draw(size.K, size.N)}, "C",
                        (size.M, size.N))
     if operation is Operation.copy:
-        return Problem({"src": draw(size.M, size.N)}, "dst", (size.M, size.N))
-    return Problem({"src": draw(size.M, size.N)}, "dst", (size.N, size.M))
+        return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.M, size.N))
+    return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.N, size.M))
 
 
 def _unwritten(result: np.ndarray) -> Optional[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from runner.errors import RunError
-from runner.expressions import ExpressionError, evaluate, evaluate_int
+from runner.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
 from runner.schema import Operation
 
 MACRO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
@@ -111,6 +111,8 @@ def check_constraints(name: str, constraints, names: Mapping[str, int]) -> None:
     for constraint in constraints:
         try:
             holds = evaluate(constraint.rule, names)
+        except ArithmeticFailure:
+            holds = False  # e.g. a zero from integer division: the values do not fit the rule
         except ExpressionError as error:
             raise RunError(f"{name}: bad constraint: {error}") from None
         if not holds:

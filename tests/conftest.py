@@ -1,0 +1,91 @@
+"""Shared fixtures: composing configs as the CLI does, the PoCL device, GPU markers."""
+
+import itertools
+from pathlib import Path
+
+import pytest
+import yaml
+from hydra import compose, initialize_config_dir
+
+from runner.paths import CONF_DIR
+from runner.schema import register_configs
+
+register_configs()
+
+KERNEL_NAMES = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
+SGEMM_KERNELS = [n for n in KERNEL_NAMES if n.startswith("matmul_")]
+MOVE_KERNELS = [n for n in KERNEL_NAMES if not n.startswith("matmul_")]
+
+
+def compose_config(*overrides: str):
+    """The config `python -m runner <overrides>` would run with."""
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+def kernel_yaml(name: str) -> dict:
+    return yaml.safe_load(Path(CONF_DIR / "kernel" / f"{name}.yaml").read_text())
+
+
+def _holds(rule: str, names: dict) -> bool:
+    from runner.expressions import ArithmeticFailure, evaluate
+
+    try:
+        return bool(evaluate(rule, names))
+    except ArithmeticFailure:
+        return False
+
+
+def variant_params(name: str, limit: int = 6) -> list[dict]:
+    """The defaults, then each parameter moved to each other allowed value (constraints hold)."""
+    spec = kernel_yaml(name)
+    defaults = dict(spec["params"])
+    variants = [defaults]
+    for param, values in spec["allowed"].items():
+        for value in values:
+            candidate = {**defaults, param: value}
+            if candidate in variants:
+                continue
+            names = {**candidate, "M": 64, "N": 64, "K": 64}
+            if all(_holds(c["rule"], names) for c in spec.get("constraints", [])):
+                variants.append(candidate)
+    # Spread the picks over the list rather than taking only the first parameter's values.
+    if len(variants) > limit:
+        step = (len(variants) - 1) / (limit - 1)
+        variants = [variants[round(i * step)] for i in range(limit)]
+    return variants
+
+
+def all_param_combinations(name: str):
+    spec = kernel_yaml(name)
+    keys = list(spec["allowed"])
+    for values in itertools.product(*(spec["allowed"][k] for k in keys)):
+        yield dict(zip(keys, values))
+
+
+@pytest.fixture(scope="session")
+def pocl_backend():
+    """The CPU through PoCL: what CI has."""
+    from runner.backends.opencl import OpenCLBackend
+
+    return OpenCLBackend(platform="Portable Computing Language", device_type="cpu")
+
+
+def _cuda_gpu() -> bool:
+    from runner.backends.cuda import gpu_count
+
+    return gpu_count() > 0
+
+
+def _nvidia_opencl() -> bool:
+    try:
+        import pyopencl as cl
+
+        return any("nvidia" in p.name.lower() for p in cl.get_platforms())
+    except Exception:
+        return False
+
+
+requires_cuda_gpu = pytest.mark.skipif(not _cuda_gpu(), reason="needs an NVIDIA GPU for CuPy")
+requires_nvidia_opencl = pytest.mark.skipif(not _nvidia_opencl(),
+                                            reason="needs NVIDIA's OpenCL platform")

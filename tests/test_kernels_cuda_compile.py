@@ -1,0 +1,45 @@
+"""Every CUDA kernel compiles through NVRTC for sm_90, with registers and spills read back."""
+
+import pytest
+
+from conftest import KERNEL_NAMES, compose_config, variant_params
+from runner.backends.cuda import CUDABackend
+from runner.execute import prepare
+from runner.operations import make_problem
+from runner.spec import ProblemSize, plan_kernel
+
+pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+
+
+@pytest.fixture(scope="module")
+def compile_only_cuda():
+    return CUDABackend(compile_only_cc=90, require_gpu=False)
+
+
+def _compile(backend, name, params):
+    overrides = [f"kernel={name}", "backend=cuda"]
+    overrides += [f"kernel.params.{k}={v}" for k, v in params.items()]
+    cfg = compose_config(*overrides)
+    plan = plan_kernel(cfg.kernel, ProblemSize(256, 256, 256))
+    problem = make_problem(plan.operation, ProblemSize(1, 1, 1), seed=0)
+    return plan, prepare(backend, cfg.kernel.sources, plan, problem)
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_defaults_compile_for_sm_90_without_spills(compile_only_cuda, name):
+    cfg = compose_config(f"kernel={name}")
+    plan, prepared = _compile(compile_only_cuda, name, dict(cfg.kernel.params))
+    assert "-arch=sm_90" in prepared.program.options
+    for entry in plan.entries:
+        used = prepared.program.resources[entry]
+        assert used.registers is not None and used.registers > 0, prepared.program.log
+        assert used.spill_bytes == 0, f"{entry} spills at its defaults:\n{prepared.program.log}"
+        assert used.stack_bytes == 0, f"{entry} has a stack frame:\n{prepared.program.log}"
+        assert used.local_memory_bytes is not None
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_other_allowed_values_compile(compile_only_cuda, name):
+    for params in variant_params(name)[1:]:
+        plan, prepared = _compile(compile_only_cuda, name, params)
+        assert all(prepared.program.resources[e].registers for e in plan.entries)

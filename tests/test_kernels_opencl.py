@@ -1,0 +1,55 @@
+"""Every kernel, through PoCL on the CPU: correct at small and odd sizes, several parameters."""
+
+import pytest
+
+from conftest import MOVE_KERNELS, SGEMM_KERNELS, compose_config, variant_params
+from runner.execute import checked_launch, prepare
+from runner.operations import make_problem
+from runner.spec import ProblemSize, plan_kernel
+
+SGEMM_SIZES = [(1, 1, 1), (17, 33, 9), (127, 129, 65), (64, 64, 64)]
+MOVE_SIZES = [(1, 1, 1), (17, 33, 1), (127, 129, 1), (64, 96, 1), (5, 300, 1)]
+
+
+def _run(backend, name, params, size):
+    overrides = [f"kernel={name}"] + [f"kernel.params.{k}={v}" for k, v in params.items()]
+    cfg = compose_config(*overrides)
+    plan = plan_kernel(cfg.kernel, ProblemSize(*size))
+    problem = make_problem(plan.operation, plan.size, seed=size[0] * 7 + size[1])
+    prepared = prepare(backend, cfg.kernel.sources, plan, problem)
+    return checked_launch(backend, prepared, problem, cfg.check, seed=1)
+
+
+def _ids(values):
+    return ",".join(f"{k}={v}" for k, v in values.items())
+
+
+@pytest.mark.parametrize("name,params", [(n, p) for n in SGEMM_KERNELS for p in variant_params(n)],
+                         ids=lambda v: _ids(v) if isinstance(v, dict) else v)
+def test_sgemm_kernel_matches_float64(pocl_backend, name, params):
+    for size in SGEMM_SIZES:
+        result = _run(pocl_backend, name, params, size)
+        assert result.passed, f"{name} {params} at {size}: {result.detail}"
+        assert result.rel_error < 1e-5
+
+
+@pytest.mark.parametrize("name,params", [(n, p) for n in MOVE_KERNELS for p in variant_params(n)],
+                         ids=lambda v: _ids(v) if isinstance(v, dict) else v)
+def test_copy_and_transpose_kernels_are_bit_exact(pocl_backend, name, params):
+    for size in MOVE_SIZES:
+        result = _run(pocl_backend, name, params, size)
+        assert result.passed, f"{name} {params} at {size}: {result.detail}"
+
+
+def test_a_kernel_that_skips_elements_is_caught(pocl_backend, tmp_path, monkeypatch):
+    """The poisoned output catches an element the kernel never wrote."""
+    import runner.execute
+
+    broken = tmp_path / "matmul_1.cl"
+    broken.write_text((runner.execute.kernel_source_path("opencl", "matmul_1.cl")).read_text()
+                      .replace("if (row >= M || col >= N) return;",
+                               "if (row >= M || col >= N || (row == 3 && col == 5)) return;"))
+    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name: broken)
+    result = _run(pocl_backend, "matmul_1", {"TS": 16}, (17, 33, 9))
+    assert not result.passed
+    assert "[3, 5]" in result.detail

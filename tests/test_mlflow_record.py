@@ -1,0 +1,82 @@
+"""A real run on the CPU, queried back from MLflow: params, metrics, tags, artifacts."""
+
+import os
+import subprocess
+import sys
+
+import mlflow
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import compose_config
+from runner.app import run
+
+
+@pytest.fixture
+def store(tmp_path):
+    return f"sqlite:///{tmp_path / 'mlflow.db'}"
+
+
+def _only_run(store, experiment="gemmlab"):
+    mlflow.set_tracking_uri(store)
+    runs = mlflow.search_runs(experiment_names=[experiment], output_format="list")
+    assert len(runs) == 1
+    return runs[0]
+
+
+def test_a_run_is_recorded_with_everything(store):
+    cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2", "kernel.params.TS=8",
+                         "m=96", "n=80", "k=40", "timing.repeats=5", "timing.warmup=1",
+                         f"tracking.uri={store}")
+    assert run(cfg) > 0
+    recorded = _only_run(store)
+    assert recorded.info.status == "FINISHED"
+    params, metrics, tags = recorded.data.params, recorded.data.metrics, recorded.data.tags
+    assert params["backend.name"] == "opencl"
+    assert params["kernel.name"] == "matmul_2"
+    assert params["kernel.params.TS"] == "8"
+    assert (params["M"], params["N"], params["K"]) == ("96", "80", "40")
+    assert params["dtype"] == "float32" and params["seed"] == "0"
+    for key in ("time_ms/median", "time_ms/min", "time_ms/max", "time_ms/q1", "time_ms/q3",
+                "perf/gflops", "bw/gbps", "check/rel_error", "vendor/gflops",
+                "perf/pct_of_vendor", "kernel/shared_bytes"):
+        assert key in metrics, key
+    assert metrics["check/rel_error"] < 1e-5
+    assert metrics["time_ms/min"] <= metrics["time_ms/median"] <= metrics["time_ms/max"]
+    assert metrics["perf/gflops"] == pytest.approx(2 * 96 * 80 * 40 / metrics["time_ms/median"]
+                                                   / 1e6)
+    assert metrics["kernel/shared_bytes"] == 2 * 8 * 8 * 4
+    assert "kernel/registers" not in metrics, "PoCL cannot tell registers: absent, not zero"
+    assert tags["device.type"] == "cpu" and tags["device.name"]
+    assert tags["device.driver"] and tags["device.platform"]
+    assert tags["gemmlab.runner_version"]
+    assert tags["vendor.name"].startswith("numpy")
+    artifacts = {a.path for a in MlflowClient(store).list_artifacts(recorded.info.run_id)}
+    assert {"source", "compile_log.txt", "timing"} <= artifacts
+    source = mlflow.artifacts.load_text(
+        f"runs:/{recorded.info.run_id}/source/matmul_2.cl")
+    assert "#define TS 8" in source and "-DTS=8" in source
+
+
+def test_a_copy_run_reports_bandwidth_against_the_device_copy(store):
+    cfg = compose_config("backend.device_type=cpu", "kernel=transpose_1", "m=65", "n=130",
+                         "timing.repeats=3", f"tracking.uri={store}")
+    assert run(cfg) > 0
+    metrics = _only_run(store).data.metrics
+    assert metrics["bw/gbps"] == pytest.approx(2 * 65 * 130 * 4 / metrics["time_ms/median"] / 1e6)
+    assert "vendor/gbps" in metrics and "perf/gflops" not in metrics
+    assert metrics["check/rel_error"] == 0.0
+
+
+def test_python_m_runner_works_from_any_directory(tmp_path):
+    """The installed entry point, in a directory that is not the checkout; the store lands there."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "runner", "backend.device_type=cpu", "kernel=matmul_1",
+         "size=33", "timing.repeats=2", "timing.warmup=0"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "matmul_1" in done.stdout and "GFLOPS" in done.stdout
+    assert (tmp_path / "mlflow.db").is_file()
+    recorded = _only_run(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert recorded.info.status == "FINISHED"

@@ -1,0 +1,83 @@
+"""Kernel specs: parameter checks, each constraint's refusal with its reason, safe expressions."""
+
+import re
+
+import pytest
+
+from conftest import KERNEL_NAMES, all_param_combinations, compose_config, kernel_yaml
+from runner.errors import RunError
+from runner.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
+from runner.spec import ProblemSize, plan_kernel
+
+
+def plan_for(name: str, size=(64, 64, 64), **params):
+    overrides = [f"kernel={name}"] + [f"kernel.params.{k}={v}" for k, v in params.items()]
+    cfg = compose_config(*overrides)
+    return plan_kernel(cfg.kernel, ProblemSize(*size))
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_defaults_plan_cleanly_and_cover_the_output(name):
+    plan = plan_for(name, size=(127, 129, 65))
+    main = plan.launches[-1]
+    covered = [g * l for g, l in zip(main.groups, main.local)]
+    assert main.work_group_size <= 1024
+    assert all(c >= 1 for c in covered)
+    assert plan.min_bytes > 0
+
+
+def holds(constraint, names) -> bool:
+    try:
+        return bool(evaluate(constraint["rule"], names))
+    except ArithmeticFailure:
+        return False
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_each_constraint_refuses_with_its_reason(name):
+    """For every constraint, an allowed combination that breaks it alone is refused with its reason.
+
+    (A constraint that no allowed combination breaks on its own is not exercised here.)
+    """
+    constraints = kernel_yaml(name).get("constraints", [])
+    for constraint in constraints:
+        others = [c for c in constraints if c is not constraint]
+        for params in all_param_combinations(name):
+            names = {**params, "M": 64, "N": 64, "K": 64}
+            if not holds(constraint, names) and all(holds(c, names) for c in others):
+                with pytest.raises(RunError, match=re.escape(constraint["reason"])):
+                    plan_for(name, **params)
+                break
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_a_value_outside_the_allowed_list_is_refused(name):
+    spec = kernel_yaml(name)
+    param, values = next(iter(spec["allowed"].items()))
+    bad = max(values) + 1
+    with pytest.raises(RunError, match=rf"{param}={bad} is not an allowed value"):
+        plan_for(name, **{param: bad})
+
+
+@pytest.mark.parametrize("size", [(0, 8, 8), (8, -1, 8), (8, 8, 0)])
+def test_sizes_below_one_are_refused(size):
+    with pytest.raises(RunError, match="must be >= 1"):
+        plan_for("matmul_2", size=size)
+
+
+def test_sizes_past_32_bit_indexing_are_refused():
+    with pytest.raises(RunError, match="32-bit"):
+        plan_for("matmul_2", size=(70000, 70000, 8))
+
+
+def test_expressions_allow_arithmetic_and_helpers():
+    assert evaluate_int("ceil_div(N, TS) * TS", {"N": 100, "TS": 32}) == 128
+    assert evaluate("TS % WPT == 0 and TS <= 64", {"TS": 32, "WPT": 4}) is True
+
+
+@pytest.mark.parametrize("expression", [
+    "__import__('os').system('true')", "TS.__class__", "open('x')", "[TS]", "'a' * 3", "ZZ + 1",
+])
+def test_expressions_refuse_anything_else(expression):
+    with pytest.raises(ExpressionError):
+        evaluate(expression, {"TS": 32})
