@@ -74,7 +74,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem) -
     if not path.is_file():
         raise RunError(f"{plan.name}: source {path} does not exist")
     source = path.read_text()
-    program = backend.compile(source, file_name, plan.entries, plan.defines)
+    program = backend.compile(source, file_name, plan.entries, plan.defines, plan.max_registers)
     artifact = source_with_defines(source, program.options, plan.defines)
     if program.kernels and all(kernel is None for kernel in program.kernels.values()):
         return PreparedRun(file_name, artifact, program, {}, lambda: [])  # compile-only

@@ -42,7 +42,7 @@ def check_memory(plan: KernelPlan, device: DeviceInfo, buffer_floats: Mapping[st
 
 def check_kernel_limits(plan: KernelPlan, device: DeviceInfo,
                         resources: Mapping[str, KernelResources]) -> None:
-    """What the compiled kernel needs (local memory, work-group size) against the device."""
+    """What the compiled kernel needs (local memory) against the device."""
     for launch in plan.launches:
         used = resources.get(launch.entry)
         if used is None:
@@ -52,9 +52,6 @@ def check_kernel_limits(plan: KernelPlan, device: DeviceInfo,
             raise RunError(f"{plan.name}: {launch.entry} uses {used.local_memory_bytes} bytes of "
                            f"local/shared memory per work-group, over the "
                            f"{device.local_memory_bytes} that {device.name} allows")
-        if used.max_work_group_size is not None and \
-                launch.work_group_size > used.max_work_group_size:
-            raise RunError(f"{plan.name}: {launch.entry} can run at most "
-                           f"{used.max_work_group_size} work-items per work-group on "
-                           f"{device.name} (registers or local memory limit it), "
-                           f"but the launch asks for {launch.work_group_size}")
+        # The per-kernel work-group limit is left to the driver: NVIDIA's OpenCL reports 256
+        # for kernels that launch fine with 1024. A launch it refuses ends the run with a clear
+        # line from the backend, and verification catches anything else.

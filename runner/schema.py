@@ -64,6 +64,9 @@ class KernelConfig:
     scratch: Dict[str, str] = field(default_factory=dict)  # buffer name -> float count (expression)
     edges: str = MISSING  # how sizes that are not tile multiples are handled
     work: WorkConfig = field(default_factory=WorkConfig)
+    # Registers per work-item the compiler may use (None: its own choice). One cap for both
+    # backends, so two work-groups of 256 fit an SM in OpenCL too, which has no launch bounds.
+    max_registers: Optional[int] = None
 
 
 @dataclass

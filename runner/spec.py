@@ -8,7 +8,7 @@ option string, as `-DNAME=value`.
 
 import re
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Optional
 
 from runner.errors import RunError
 from runner.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
@@ -65,6 +65,7 @@ class KernelPlan:
     scratch: Mapping[str, int]  # buffer name -> float count
     flops: int
     min_bytes: int
+    max_registers: Optional[int] = None
 
     @property
     def defines(self) -> dict[str, int]:
@@ -164,4 +165,8 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         launches.append(Launch(launch_cfg.entry, tuple(launch_cfg.args), local, groups))
     if not launches:
         raise RunError(f"{name}: the spec lists no launches")
-    return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes)
+    max_registers = kernel_cfg.get("max_registers")
+    if max_registers is not None and not 16 <= max_registers <= 255:
+        raise RunError(f"{name}: max_registers={max_registers} must be within 16..255")
+    return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
+                      max_registers)

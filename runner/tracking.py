@@ -3,6 +3,7 @@
 import json
 import logging
 import subprocess
+import sys
 from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -63,7 +64,9 @@ class Recorder:
         self.run_id = self.run.info.run_id
         self.experiment_id = self.run.info.experiment_id
         self.uri = tracking_cfg.uri
-        tags = {"gemmlab.runner_version": __version__}
+        tags = {"gemmlab.runner_version": __version__,
+                # The command as typed (for a sweep, the sweep's command): pages quote it.
+                "gemmlab.command": "python -m runner " + " ".join(sys.argv[1:])}
         commit = git_commit()
         if commit:
             tags["gemmlab.git_commit"] = commit

@@ -67,7 +67,10 @@ class Backend(ABC):
 
     @abstractmethod
     def compile(self, source: str, source_name: str, entries: Sequence[str],
-                defines: Mapping[str, int]) -> CompiledProgram: ...
+                defines: Mapping[str, int], max_registers: Optional[int] = None
+                ) -> CompiledProgram:
+        """Build `source` with `-DNAME=value` per define; `max_registers` caps registers per
+        work-item (NVRTC --maxrregcount, NVIDIA OpenCL -cl-nv-maxrregcount; others ignore it)."""
 
     @abstractmethod
     def alloc(self, count: int) -> Any:

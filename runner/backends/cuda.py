@@ -24,6 +24,23 @@ def gpu_count() -> int:
         return 0
 
 
+def _driver_version(cuda_driver: int, cuda_runtime: int) -> str:
+    text = (f"CUDA {cuda_driver // 1000}.{cuda_driver % 1000 // 10} driver API, "
+            f"runtime {cuda_runtime // 1000}.{cuda_runtime % 1000 // 10}")
+    try:  # the NVIDIA driver's own version number, when NVML is installed
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            version = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        version = version.decode() if isinstance(version, bytes) else version
+        return f"NVIDIA {version} ({text})"
+    except Exception:
+        return text
+
+
 class CUDABackend(Backend):
     name = "cuda"
 
@@ -57,8 +74,7 @@ class CUDABackend(Backend):
             name=name,
             vendor="NVIDIA",
             platform="CUDA",
-            driver=f"CUDA driver {driver // 1000}.{driver % 1000 // 10}, "
-                   f"runtime {runtime.runtimeGetVersion()}",
+            driver=_driver_version(driver, runtime.runtimeGetVersion()),
             device_type="gpu",
             global_memory_bytes=int(props["totalGlobalMem"]),
             max_alloc_bytes=int(props["totalGlobalMem"]),
@@ -76,8 +92,9 @@ class CUDABackend(Backend):
         return self._info
 
     def compile(self, source: str, source_name: str, entries: Sequence[str],
-                defines: Mapping[str, int]) -> CompiledProgram:
-        output = compile_cuda(source, source_name, defines, self.compute_capability)
+                defines: Mapping[str, int], max_registers: Optional[int] = None) -> CompiledProgram:
+        output = compile_cuda(source, source_name, defines, self.compute_capability,
+                              max_registers)
         reported = parse_ptxas_report(output.log)
         kernels, resources = {}, {}
         module = None
@@ -85,16 +102,21 @@ class CUDABackend(Backend):
             module = self._cupy.cuda.function.Module()
             module.load(output.cubin)
         for entry in entries:
-            if entry not in reported:
-                raise RunError(f"{source_name} has no kernel named {entry} "
-                               "(is it declared extern \"C\" __global__?)")
             if module is None:
+                if entry not in reported:
+                    raise RunError(f"{source_name} has no kernel named {entry} "
+                                   "(is it declared extern \"C\" __global__?)")
                 kernels[entry] = None
                 resources[entry] = reported[entry]
-            else:
+                continue
+            try:
                 function = module.get_function(entry)
-                kernels[entry] = function
-                resources[entry] = self._function_resources(function, reported[entry])
+            except Exception:  # CuPy raises its driver error for an unknown name
+                raise RunError(f"{source_name} has no kernel named {entry} "
+                               "(is it declared extern \"C\" __global__?)") from None
+            kernels[entry] = function
+            resources[entry] = self._function_resources(
+                function, reported.get(entry, KernelResources()))
         return CompiledProgram(kernels, output.log, output.options, resources, keepalive=module)
 
     def _function_resources(self, function, reported: KernelResources) -> KernelResources:
@@ -131,7 +153,11 @@ class CUDABackend(Backend):
         grid = tuple(groups) + (1,) * (3 - len(groups))
         block = tuple(local) + (1,) * (3 - len(local))
         kernel_args = tuple(np.int32(a) if isinstance(a, int) else a for a in args)
-        kernel(grid, block, kernel_args)
+        try:
+            kernel(grid, block, kernel_args)
+        except self._cupy.cuda.driver.CUDADriverError as error:
+            shape = "x".join(str(v) for v in local)
+            raise RunError(f"CUDA refused to launch a {shape} block: {error}") from None
         return None
 
     def device_copy(self, dst, src, nbytes: int) -> None:

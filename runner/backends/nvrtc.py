@@ -5,7 +5,7 @@ compiled and their registers and spills checked on any machine.
 """
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Optional
 
 from runner.errors import RunError
 
@@ -18,12 +18,14 @@ class NvrtcOutput:
 
 
 def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
-                 compute_capability: int) -> NvrtcOutput:
+                 compute_capability: int, max_registers: Optional[int] = None) -> NvrtcOutput:
     from cupy_backends.cuda.libs import nvrtc
 
     options = [f"-D{name}={int(value)}" for name, value in defines.items()]
     options += [f"-arch=sm_{int(compute_capability)}", "-std=c++17", "--ptxas-options=-v",
                 "-lineinfo"]
+    if max_registers is not None:
+        options.append(f"--maxrregcount={int(max_registers)}")
     program = nvrtc.createProgram(source, source_name, [], [])
     try:
         try:

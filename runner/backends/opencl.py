@@ -116,10 +116,12 @@ class OpenCLBackend(Backend):
         return self._info
 
     def compile(self, source: str, source_name: str, entries: Sequence[str],
-                defines: Mapping[str, int]) -> CompiledProgram:
+                defines: Mapping[str, int], max_registers: Optional[int] = None) -> CompiledProgram:
         options = [f"-D{name}={int(value)}" for name, value in defines.items()]
         if self._info.is_nvidia_gpu:
             options.append("-cl-nv-verbose")  # ptxas' register and spill report in the build log
+            if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag
+                options.append(f"-cl-nv-maxrregcount={int(max_registers)}")
         program = cl.Program(self.context, source)
         try:
             program.build(options=options, devices=[self.device])
@@ -183,7 +185,15 @@ class OpenCLBackend(Backend):
         global_size = tuple(g * l for g, l in zip(groups, local))
         kernel_args = [np.int32(a) if isinstance(a, int) else a for a in args]
         kernel.set_args(*kernel_args)
-        return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, tuple(local))
+        try:
+            return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, tuple(local))
+        except cl.Error as error:
+            shape = "x".join(str(v) for v in local)
+            limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
+                                               self.device)
+            raise RunError(f"the OpenCL driver refused to launch {kernel.function_name} with a "
+                           f"{shape} work-group ({error}); "
+                           f"it reports at most {limit} work-items for this kernel") from None
 
     def device_copy(self, dst: "cl.Buffer", src: "cl.Buffer", nbytes: int) -> "cl.Event":
         return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
