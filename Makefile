@@ -1,0 +1,29 @@
+# The seeds' users know `make build / run / inspect`; these are the same habits for gemmlab.
+PYTHON ?= python
+ARGS ?=
+
+.PHONY: install run test test-gpu ui sgemm-ladder transpose-ladder report
+
+install:            ## editable install with the CUDA compiler and the test tools
+	$(PYTHON) -m pip install -e ".[cuda,test]"
+
+run:                ## one run; e.g. make run ARGS="backend=cuda kernel=matmul_9 size=4096"
+	$(PYTHON) -m runner $(ARGS)
+
+test:               ## the CPU test suite (what CI runs); GPU tests skip without a GPU
+	$(PYTHON) -m pytest -q
+
+test-gpu:           ## only the GPU-marked tests (on a machine with an NVIDIA GPU)
+	$(PYTHON) -m pytest -q -m gpu
+
+ui:                 ## the MLflow UI on the local store, http://127.0.0.1:5000
+	$(PYTHON) -m mlflow ui --backend-store-uri sqlite:///mlflow.db
+
+sgemm-ladder:       ## the whole SGEMM ladder over 1024..8192; e.g. ARGS="backend=cuda"
+	$(PYTHON) -m runner -m +experiment=sgemm_ladder $(ARGS)
+
+transpose-ladder:   ## the copy/transpose ladder over 1024..16384
+	$(PYTHON) -m runner -m +experiment=transpose_ladder $(ARGS)
+
+report:             ## results pages from MLflow; e.g. make report ARGS="--experiment sgemm_ladder"
+	$(PYTHON) -m runner.report $(ARGS)
