@@ -16,10 +16,10 @@
 // elements of C are stored. Every thread runs every tile iteration, so all reach every barrier.
 
 #ifndef TS
-#define TS 32          // tile size in M, N and K: a block computes a TS x TS tile of C
+#define TS 64          // tile size in M, N and K: a block computes a TS x TS tile of C
 #endif
 #ifndef WPT
-#define WPT 8          // work per thread: C elements per thread, in one column, RTS rows apart
+#define WPT 16         // work per thread: C elements per thread, in one column, RTS rows apart
 #endif
 #define RTS (TS / WPT) // reduced tile size: threads along M in a block
 

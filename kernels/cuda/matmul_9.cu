@@ -1,43 +1,58 @@
-// matmul_9: warp tiling, C = A * B (row-major; A is MxK, B is KxN, C is MxN).
-// Over matmul_8 (same two-stage shared memory, one barrier per tile, double-buffered register
-// fragments), the work is arranged around the 32-wide warp, which is how NVIDIA hardware serves
-// shared memory (threads 32*w .. 32*w+31 of the block form warp w):
-//  - Each warp owns a WM x WN sub-tile of the BM x BN block of C. Its 32 lanes form a
-//    (WM/TM) x (WN/TN) grid, and each lane's TM x TN results are (TM/4) x (TN/4) blocks of 4x4
-//    spaced WM/(TM/4) rows and WN/(TN/4) columns apart (e.g. 2x2 blocks half the warp tile
-//    apart), not one contiguous TM x TN block as in matmul_8.
-//  - So at every step k the lanes of a quarter-warp read consecutive float4s of the B row (or
-//    one shared float4 of the A column, a broadcast): every fragment read is one conflict-free
-//    128-bit shared load, where matmul_8's contiguous 8-wide blocks made lanes 2 float4s apart
-//    collide in the same banks. Each warp reads only WM+WN values per step for its WM*WN FMAs.
-//  - The A tile is stored transposed with its rows padded by 4 floats (As[k][BM+4]). The loader
-//    gives a warp 16 rows x 8 columns of A: two lanes per row read the two halves of a 32-byte
-//    sector (full sectors), and the padding shifts the second half's column k+4 by 16 banks, so
-//    the transposing scalar stores of a warp hit 32 distinct banks.
-//  - With STAGGER=1 the next tile travels in two halves: its A part is loaded at the start of a
-//    tile and stored to the other stage half-way, then its B part is loaded and stored after
-//    the last step, so only half a tile is held in registers at any time (fewer registers,
-//    less latency hiding for B); STAGGER=0 loads all of it at the start, as matmul_8 does.
-//  - BK = 8 as in the article: 64 accumulators + 2x16 fragments + staging fit 128 registers
-//    (two 256-thread blocks per SM) without spills; BK = 16 halves the barriers per FMA but
-//    spills at that cap (its unroll lets the scheduler hoist fragment reads further ahead).
-//  - C is written as float4 rows: a quarter-warp writes whole 128-byte lines (WN/TN = 8 lanes).
-// Edges: tile loads outside A or B read zero (which adds nothing), stores outside C are skipped.
-//  Global loads are float4 when the row stride allows 16-byte alignment (K % 4 == 0 for A,
-//  N % 4 == 0 for B, N % 4 == 0 for the stores of C); otherwise each of the four elements is
-//  loaded or stored on its own under its own guard. Those tests are uniform across the kernel.
-//  Every thread reaches every barrier (the loop trip count depends on K only).
-// CUDA only: __launch_bounds__ asks for two 256-thread blocks per SM (at most 128 registers),
-//  which OpenCL C cannot express; the algorithm is otherwise the one of matmul_9.cl.
+// matmul_9: warp tiling with large per-thread tiles, a pre-transposed A and (CUDA) a cp.async
+// pipeline; C = A * B (row-major; A is MxK, B is KxN, C is MxN).
+// Over matmul_8 (two-stage shared memory, one barrier per tile, double-buffered register
+// fragments, contiguous 8x8 results per thread):
+//  - Warp tiling, as NVIDIA serves shared memory per 32-wide warp: each warp owns a WM x WN
+//    sub-tile of the BM x BN block tile; its 32 lanes form a (WM/TM) x (WN/TN) grid, and each
+//    lane's TM x TN results are (TM/4) x (TN/4) blocks of 4x4 spaced WM/(TM/4) rows and
+//    WN/(TN/4) columns apart. At every step k the lanes that differ along N read consecutive
+//    float4s of the B row and those along M consecutive float4s of the A^T row (the others get
+//    a broadcast), so every fragment read is one conflict-free 128-bit shared load (LDS.128).
+//  - Large per-thread tiles like cuBLAS' SIMT kernels: TM and TN go up to 16, e.g. a 128x128
+//    block of 4 warps of 64x64 where each thread holds 16x8 = 128 accumulators (about 200
+//    registers, two 128-thread blocks per SM). A step costs (TM+TN)/4 = 6 LDS.128 for 128 FFMAs
+//    (matmul_8: 4 for 64), and with BK = 16 one barrier serves 2048 FFMAs per thread.
+//  - A pre-pass (transpose_a, below, launched first and timed with the kernel) writes
+//    AT = A^T, K rows of LDT = round_up(M, 4) floats (pad columns are zero), into a scratch
+//    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
+//    (LDT % 4 == 0), copied as float4s straight into k-major shared memory: no transposing
+//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096).
+//  - CUDA only: global -> shared copies are cp.async (LDGSTS, 16 bytes, .cg: L2 only) in a
+//    STAGES-deep ring of shared tiles (cp.async.commit_group per tile, wait_group STAGES-2):
+//    the data never passes through registers, so prefetching costs no registers and tile t+2
+//    is in flight while tile t is computed (STAGES = 3). OpenCL has no cp.async: matmul_9.cl
+//    keeps matmul_8's register-staged double buffer (STAGES is ignored there) with the same
+//    tiles, shared layout, loader mapping and fragment scheme.
+//  - C is written as float4 rows of each 4x4 block.
 //
-// One barrier per tile is race-free. Iteration t reads stage s = t%2 and writes stage s^1:
-//  - the writes of tile t+1 into stage s^1 come after this thread's last read of stage s^1,
-//    which was in iteration t-1, before barrier B(t-1); every thread has passed B(t-1)
-//    before anyone writes in iteration t, so nobody still reads what is being overwritten;
-//  - the reads of tile t+1 from stage s^1 (the k=0 fragment after B(t), then iteration t+1)
-//    come after barrier B(t), which follows all the writes of tile t+1;
-//  - stage s is written next in iteration t+1, after B(t), which follows every read of tile t
-//    (the last fragment, k=BK-1, is read before B(t); only its FMAs run after it).
+// Pipeline (one barrier per tile). Prologue: tiles 0 .. STAGES-2 are issued into stages
+// 0 .. STAGES-2 (one commit group each, empty past the last tile), wait_group(STAGES-2) and a
+// barrier make tile 0 visible, and the k = 0 fragments are read. Iteration t (stage t % STAGES):
+//  1. issue tile t+STAGES-1 into stage (t-1) % STAGES and commit (an empty group past the end,
+//     so group g is always tile g);
+//  2. steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k;
+//  3. step BK-1: wait_group(STAGES-2) (this thread's copies of tile t+1 have landed: STAGES+t
+//     groups were committed), barrier B(t) (everyone's have), read the k = 0 fragments of tile
+//     t+1 into set 0 (BK is even, so step BK-1 uses set 1), then FMA step BK-1.
+//  Race-free: stage (t-1) % STAGES, written from step 1 of iteration t on, was last read for
+//  tile t-1 before B(t-1) (its last fragment at step BK-2 of iteration t-1), and every thread
+//  has passed B(t-1) before anyone reaches iteration t; tile t+1 is read only after B(t),
+//  which every thread reaches after its wait_group. With STAGES = 2 this is the classic double
+//  buffer: tile t+1 is copied while steps 0 .. BK-2 of tile t compute.
+//
+// Edges (any M, N, K >= 1): the pre-pass guards its reads and writes (pad columns M .. LDT-1
+// get zeros); the grid is rounded up to whole tiles. A^T chunks are float4 always (LDT % 4 == 0:
+// a chunk is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) is
+// zero-filled by cp.async's src-size operand (0 bytes read, 16 zeros written). B chunks are one
+// 16-byte cp.async when N % 4 == 0, else four 4-byte cp.async (.ca), each zero-filled on its
+// own when outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars;
+// rows or columns outside C are skipped. These choices are uniform across the kernel, and every
+// thread reaches every barrier (the trip counts depend on K only).
+// __launch_bounds__(THREADS, MIN_BLOCKS) asks for MIN_BLOCKS blocks per SM, derived below so
+// that the register cap it implies (65536 / (THREADS * MIN_BLOCKS)) never forces spills: two
+// 256-thread 8x8 blocks (128 registers), two 128-thread 16x8 blocks (255), one 256-thread
+// 16x8 block. With launch bounds NVRTC ignores --maxrregcount (the YAML's max_registers, which
+// only the OpenCL build uses).
 
 #ifndef BM
 #define BM 128  // rows of C per block
@@ -46,22 +61,22 @@
 #define BN 128  // columns of C per block
 #endif
 #ifndef BK
-#define BK 8    // depth of the A and B tiles staged in shared memory per step
+#define BK 16   // depth of the A^T and B tiles staged in shared memory per step
 #endif
 #ifndef WM
-#define WM 32   // rows of C per warp
+#define WM 64   // rows of C per warp
 #endif
 #ifndef WN
 #define WN 64   // columns of C per warp
 #endif
 #ifndef TM
-#define TM 8    // rows of C per thread: TM/4 blocks of 4 rows
+#define TM 16   // rows of C per thread: TM/4 blocks of 4 rows
 #endif
 #ifndef TN
 #define TN 8    // columns of C per thread: TN/4 blocks of 4 columns
 #endif
-#ifndef STAGGER
-#define STAGGER 1  // 1: next tile's A part stored half-way and B part loaded then; 0: all at once
+#ifndef STAGES
+#define STAGES 3  // shared-memory tiles in the cp.async ring (CUDA; OpenCL always uses 2)
 #endif
 
 #define WARP 32                                 // threads per warp
@@ -72,39 +87,115 @@
 #define SUB_N (TN / 4)                          // 4x4 blocks per thread along N
 #define SUB_M_STRIDE (WM / SUB_M)               // rows between a thread's 4x4 blocks
 #define SUB_N_STRIDE (WN / SUB_N)               // columns between a thread's 4x4 blocks
-#define AS_LD (BM + 4)                          // padded row of the transposed A tile
-#define A_LOADS (BM * BK / (4 * THREADS))       // float4 loads of the A tile per thread
-#define B_LOADS (BK * BN / (4 * THREADS))       // float4 loads of the B tile per thread
-// Two blocks of 256 threads per SM when they fit: caps registers at 128 per thread.
-#define MIN_BLOCKS_PER_SM (THREADS <= 256 ? 2 : 1)
-// Step of a tile at which the next tile's A part is stored and its B part loaded: half-way
-// when staggered, else after the last step (B is then loaded with A, at the start).
-#define SWAP_STEP (STAGGER ? BK / 2 : BK)
+#define A_F4 (BK * BM / 4)                      // float4 chunks in an A^T tile
+#define B_F4 (BK * BN / 4)                      // float4 chunks in a B tile
+#define A_LOADS ((A_F4 + THREADS - 1) / THREADS)  // chunks of the A^T tile per thread
+#define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per thread
+// Registers a thread needs, roughly: accumulators, two fragment sets, addresses and indices.
+#define REG_ESTIMATE (TM * TN + 2 * (TM + TN) + 32)
+#define BLOCKS_FIT (65536 / (THREADS * REG_ESTIMATE))
+#define MIN_BLOCKS (BLOCKS_FIT < 1 ? 1 : (BLOCKS_FIT > 2 ? 2 : BLOCKS_FIT))
 
-// Four consecutive elements (row, col..col+3) of a row-major rows x cols matrix; elements outside
-// the matrix read as zero. vec_ok (cols % 4 == 0) means the four are all inside or all outside
-// and 16-byte aligned, so one float4 load does.
-__device__ __forceinline__ float4 load4_guarded(const float* __restrict__ X, const int row, const int col,
-                                                const int rows, const int cols,
-                                                const int vec_ok) {
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (row < rows) {
-        const float* p = X + row * cols + col;
-        if (vec_ok) {
-            if (col < cols) v = *reinterpret_cast<const float4*>(p);
-        } else {
-            if (col < cols) v.x = p[0];
-            if (col + 1 < cols) v.y = p[1];
-            if (col + 2 < cols) v.z = p[2];
-            if (col + 3 < cols) v.w = p[3];
+// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero.
+// A 32x32 tile of A goes through shared memory so that the reads (along K) and the writes
+// (along M) are both coalesced; the +1 padding puts a tile column in distinct banks. A block
+// is 32 x 8 threads, each moving 4 elements. Grid: ceil_div(K, 32) x ceil_div(M, 32).
+extern "C" __global__ void __launch_bounds__(256)
+transpose_a(const int M, const int K, const float* __restrict__ A, float* __restrict__ AT) {
+    __shared__ float tile[32][33];
+    const int ldt = (M + 3) & ~3;
+    const int tx = threadIdx.x;
+    const int ty = threadIdx.y;
+    const int k0 = blockIdx.x * 32;
+    const int m0 = blockIdx.y * 32;
+#pragma unroll
+    for (int r = 0; r < 32; r += 8) {
+        const int m = m0 + ty + r;
+        const int k = k0 + tx;
+        tile[ty + r][tx] = (m < M && k < K) ? A[m * K + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 32; r += 8) {
+        const int k = k0 + ty + r;
+        const int m = m0 + tx;
+        if (k < K && m < ldt) AT[(size_t)k * ldt + m] = tile[tx][ty + r];
+    }
+}
+
+__device__ __forceinline__ unsigned shared_address(const float* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// 16 bytes global -> shared, bypassing L1; src_bytes = 0 reads nothing and writes 16 zeros.
+__device__ __forceinline__ void cp_async_16(const unsigned dst, const float* src, const int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// 4 bytes global -> shared (.ca: 4-byte copies cannot bypass L1); src_bytes = 0 writes a zero.
+__device__ __forceinline__ void cp_async_4(const unsigned dst, const float* src, const int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+// Waits until at most STAGES-2 of this thread's commit groups are still in flight.
+__device__ __forceinline__ void cp_async_wait_stages() {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+}
+
+// Where float4 chunk f (= tid + i*THREADS) of a tile goes: row-major, W/4 chunks per row of W.
+#define TILE_ROW(f, W) ((f) / ((W) / 4))
+#define TILE_COL(f, W) (((f) % ((W) / 4)) * 4)
+
+// Issues the copies of the tile at depth k0 into one stage (As_s: BK x BM, Bs_s: BK x BN).
+__device__ __forceinline__ void issue_tile(float* As_s, float* Bs_s, const float* __restrict__ AT,
+                                           const float* __restrict__ B, const int ldt,
+                                           const int N, const int K, const int k0,
+                                           const int block_row, const int block_col,
+                                           const int tid, const int b_vec) {
+    const float* at_tile = AT + (size_t)k0 * ldt;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; i++) {
+        const int f = tid + i * THREADS;
+        if (A_F4 % THREADS == 0 || f < A_F4) {
+            const int r = TILE_ROW(f, BM);
+            const int c = TILE_COL(f, BM);
+            const int inside = k0 + r < K && block_row + c < ldt;
+            const float* src = inside ? at_tile + (size_t)r * ldt + block_row + c : AT;
+            cp_async_16(shared_address(As_s + r * BM + c), src, inside ? 16 : 0);
         }
     }
-    return v;
+#pragma unroll
+    for (int i = 0; i < B_LOADS; i++) {
+        const int f = tid + i * THREADS;
+        if (B_F4 % THREADS == 0 || f < B_F4) {
+            const int r = TILE_ROW(f, BN);
+            const int c = TILE_COL(f, BN);
+            const int k = k0 + r;
+            const int n = block_col + c;
+            const unsigned dst = shared_address(Bs_s + r * BN + c);
+            if (b_vec) {
+                const int inside = k < K && n < N;
+                cp_async_16(dst, inside ? B + k * N + n : B, inside ? 16 : 0);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int inside = k < K && n + e < N;
+                    cp_async_4(dst + 4 * e, inside ? B + k * N + n + e : B, inside ? 4 : 0);
+                }
+            }
+        }
+    }
 }
 
 // Stores four consecutive elements (row, col..col+3) of C, skipping those outside it.
-__device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int row, const int col, const int rows,
-                                               const int cols, const int vec_ok,
+__device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int row, const int col,
+                                               const int rows, const int cols, const int vec_ok,
                                                const float4 v) {
     if (row < rows) {
         float* p = X + row * cols + col;
@@ -119,20 +210,26 @@ __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int 
     }
 }
 
-// Where float4 number f (= tid + i*THREADS) of the A tile comes from: warp-sized chunks of 32
-// cover 16 rows x 8 columns (lanes 0-15: columns 0-3 of rows 0-15; lanes 16-31: columns 4-7);
-// chunks walk down the BM rows first, then to the next 8 columns.
-#define A_TILE_ROW(f) ((((f) / WARP) % (BM / 16)) * 16 + ((f) % 16))
-#define A_TILE_COL(f) ((((f) / WARP) / (BM / 16)) * 8 + (((f) % WARP) / 16) * 4)
-// Float4 number f of the B tile: row-major, BN/4 float4s per row.
-#define B_TILE_ROW(f) ((f) / (BN / 4))
-#define B_TILE_COL(f) (((f) % (BN / 4)) * 4)
+// Reads the fragments of step k from one stage into a_f[TM], b_f[TN]: LDS.128 each.
+#define READ_FRAGMENTS(a_f, b_f, As_s, Bs_s, k)                                                  \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < SUB_M; i_++) {                                    \
+            const float4 v_ = *reinterpret_cast<const float4*>(                                   \
+                (As_s) + (k) * BM + m_base + i_ * SUB_M_STRIDE);                                  \
+            a_f[4 * i_] = v_.x; a_f[4 * i_ + 1] = v_.y; a_f[4 * i_ + 2] = v_.z; a_f[4 * i_ + 3] = v_.w; \
+        }                                                                                         \
+        _Pragma("unroll") for (int j_ = 0; j_ < SUB_N; j_++) {                                    \
+            const float4 v_ = *reinterpret_cast<const float4*>(                                   \
+                (Bs_s) + (k) * BN + n_base + j_ * SUB_N_STRIDE);                                  \
+            b_f[4 * j_] = v_.x; b_f[4 * j_ + 1] = v_.y; b_f[4 * j_ + 2] = v_.z; b_f[4 * j_ + 3] = v_.w; \
+        }                                                                                         \
+    } while (0)
 
-extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS_PER_SM)
-matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
+matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
          const float* __restrict__ B, float* __restrict__ C) {
-    __shared__ __align__(16) float As[2][BK][AS_LD];  // A tile transposed: [k][m]
-    __shared__ __align__(16) float Bs[2][BK][BN];  // B tile as it is: [k][n]
+    __shared__ __align__(16) float As[STAGES][BK][BM];  // A^T tiles: [k][m]
+    __shared__ __align__(16) float Bs[STAGES][BK][BN];  // B tiles: [k][n]
 
     const int tid = threadIdx.x;
     const int warp = tid / WARP;
@@ -142,11 +239,10 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     const int n_base = (warp % WARPS_N) * WN + (lane % LANES_N) * 4;
     const int block_row = blockIdx.y * BM;
     const int block_col = blockIdx.x * BN;
-    const int a_vec = (K % 4) == 0;
+    const int ldt = (M + 3) & ~3;  // row length of AT
     const int b_vec = (N % 4) == 0;
+    const int num_tiles = (K + BK - 1) / BK;
 
-    float4 a_next[A_LOADS];  // the next tile, in flight from global memory
-    float4 b_next[B_LOADS];
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; i++)
@@ -155,152 +251,52 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     float a_frag[2][TM];  // two sets: step k+1 is read while step k is computed
     float b_frag[2][TN];
 
-    // Prologue: tile 0 into stage 0, then the k=0 fragments into set 0.
+    // Prologue: tiles 0 .. STAGES-2 in flight (group g = tile g), tile 0 visible, its k=0 fragments.
 #pragma unroll
-    for (int i = 0; i < A_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        a_next[i] = load4_guarded(A, block_row + A_TILE_ROW(f), A_TILE_COL(f), M, K, a_vec);
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < num_tiles)
+            issue_tile(&As[s][0][0], &Bs[s][0][0], AT, B, ldt, N, K, s * BK, block_row, block_col,
+                       tid, b_vec);
+        cp_async_commit();
     }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        b_next[i] = load4_guarded(B, B_TILE_ROW(f), block_col + B_TILE_COL(f), K, N, b_vec);
-    }
-#pragma unroll
-    for (int i = 0; i < A_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        As[0][A_TILE_COL(f)][A_TILE_ROW(f)] = a_next[i].x;
-        As[0][A_TILE_COL(f) + 1][A_TILE_ROW(f)] = a_next[i].y;
-        As[0][A_TILE_COL(f) + 2][A_TILE_ROW(f)] = a_next[i].z;
-        As[0][A_TILE_COL(f) + 3][A_TILE_ROW(f)] = a_next[i].w;
-    }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        *reinterpret_cast<float4*>(&Bs[0][B_TILE_ROW(f)][B_TILE_COL(f)]) = b_next[i];
-    }
+    cp_async_wait_stages();
     __syncthreads();
-#pragma unroll
-    for (int i = 0; i < SUB_M; i++) {
-        const float4 v = *reinterpret_cast<const float4*>(&As[0][0][m_base + i * SUB_M_STRIDE]);
-        a_frag[0][4 * i] = v.x; a_frag[0][4 * i + 1] = v.y; a_frag[0][4 * i + 2] = v.z; a_frag[0][4 * i + 3] = v.w;
-    }
-#pragma unroll
-    for (int j = 0; j < SUB_N; j++) {
-        const float4 v = *reinterpret_cast<const float4*>(&Bs[0][0][n_base + j * SUB_N_STRIDE]);
-        b_frag[0][4 * j] = v.x; b_frag[0][4 * j + 1] = v.y; b_frag[0][4 * j + 2] = v.z; b_frag[0][4 * j + 3] = v.w;
-    }
+    READ_FRAGMENTS(a_frag[0], b_frag[0], &As[0][0][0], &Bs[0][0][0], 0);
 
-    const int num_tiles = (K + BK - 1) / BK;
+    int cur = 0;               // stage of tile t
+    int fill = STAGES - 1;     // stage of tile t + STAGES - 1 (= stage of tile t-1)
     for (int t = 0; t < num_tiles; t++) {
-        const int cur = t & 1;
-        const int has_next = t + 1 < num_tiles;  // uniform across the block
-        const int k_next = (t + 1) * BK;
+        // 1. Tile t+STAGES-1 into the stage tile t-1 used (everyone passed B(t-1) since reading it).
+        if (t + STAGES - 1 < num_tiles)
+            issue_tile(&As[fill][0][0], &Bs[fill][0][0], AT, B, ldt, N, K, (t + STAGES - 1) * BK,
+                       block_row, block_col, tid, b_vec);
+        cp_async_commit();
+        const int next = cur + 1 == STAGES ? 0 : cur + 1;  // stage of tile t+1
 
-        // 1. Issue the global loads of tile t+1's A part (and B part unless staggered); they
-        //    complete while steps 0 .. SWAP_STEP-1 of tile t compute.
-        if (has_next) {
-#pragma unroll
-            for (int i = 0; i < A_LOADS; i++) {
-                const int f = tid + i * THREADS;
-                a_next[i] = load4_guarded(A, block_row + A_TILE_ROW(f), k_next + A_TILE_COL(f),
-                                          M, K, a_vec);
-            }
-            if (!STAGGER) {
-#pragma unroll
-                for (int i = 0; i < B_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    b_next[i] = load4_guarded(B, k_next + B_TILE_ROW(f), block_col + B_TILE_COL(f),
-                                              K, N, b_vec);
-                }
-            }
-        }
-
-        // 2. Steps k = 0 .. BK-2 of tile t: read the fragments of step k+1, then FMA step k.
-        //    Staggered, at step SWAP_STEP = BK/2 the A part of tile t+1 goes into the other
-        //    stage and the loads of its B part are issued (stored after the last step), so only
-        //    half a tile is held in registers (stage cur^1 may be written at any point of this
-        //    iteration: see the header).
+        // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
 #pragma unroll
         for (int k = 0; k < BK - 1; k++) {
-            if (STAGGER && k == SWAP_STEP && has_next) {
-#pragma unroll
-                for (int i = 0; i < A_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    As[cur ^ 1][A_TILE_COL(f)][A_TILE_ROW(f)] = a_next[i].x;
-                    As[cur ^ 1][A_TILE_COL(f) + 1][A_TILE_ROW(f)] = a_next[i].y;
-                    As[cur ^ 1][A_TILE_COL(f) + 2][A_TILE_ROW(f)] = a_next[i].z;
-                    As[cur ^ 1][A_TILE_COL(f) + 3][A_TILE_ROW(f)] = a_next[i].w;
-                }
-#pragma unroll
-                for (int i = 0; i < B_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    b_next[i] = load4_guarded(B, k_next + B_TILE_ROW(f), block_col + B_TILE_COL(f),
-                                              K, N, b_vec);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < SUB_M; i++) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[cur][k + 1][m_base + i * SUB_M_STRIDE]);
-                a_frag[(k + 1) % 2][4 * i] = v.x;
-                a_frag[(k + 1) % 2][4 * i + 1] = v.y;
-                a_frag[(k + 1) % 2][4 * i + 2] = v.z;
-                a_frag[(k + 1) % 2][4 * i + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < SUB_N; j++) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[cur][k + 1][n_base + j * SUB_N_STRIDE]);
-                b_frag[(k + 1) % 2][4 * j] = v.x;
-                b_frag[(k + 1) % 2][4 * j + 1] = v.y;
-                b_frag[(k + 1) % 2][4 * j + 2] = v.z;
-                b_frag[(k + 1) % 2][4 * j + 3] = v.w;
-            }
+            READ_FRAGMENTS(a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], &As[cur][0][0],
+                           &Bs[cur][0][0], k + 1);
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
                 for (int j = 0; j < TN; j++)
                     acc[i][j] = fmaf(a_frag[k % 2][i], b_frag[k % 2][j], acc[i][j]);
         }
-
-        // 3. Store the B part of tile t+1 (and A part unless staggered) into the other stage.
-        if (has_next) {
-            if (!STAGGER) {
-#pragma unroll
-                for (int i = 0; i < A_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    As[cur ^ 1][A_TILE_COL(f)][A_TILE_ROW(f)] = a_next[i].x;
-                    As[cur ^ 1][A_TILE_COL(f) + 1][A_TILE_ROW(f)] = a_next[i].y;
-                    As[cur ^ 1][A_TILE_COL(f) + 2][A_TILE_ROW(f)] = a_next[i].z;
-                    As[cur ^ 1][A_TILE_COL(f) + 3][A_TILE_ROW(f)] = a_next[i].w;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < B_LOADS; i++) {
-                const int f = tid + i * THREADS;
-                *reinterpret_cast<float4*>(&Bs[cur ^ 1][B_TILE_ROW(f)][B_TILE_COL(f)]) = b_next[i];
-            }
-        }
-        __syncthreads();  // the one barrier per tile
-
-        // 4. Read the k=0 fragments of tile t+1 into set 0 (free: BK is even, so the last
-        //    step of tile t uses set 1), then FMA that last step.
-        if (has_next) {
-#pragma unroll
-            for (int i = 0; i < SUB_M; i++) {
-                const float4 v = *reinterpret_cast<const float4*>(&As[cur ^ 1][0][m_base + i * SUB_M_STRIDE]);
-                a_frag[0][4 * i] = v.x; a_frag[0][4 * i + 1] = v.y; a_frag[0][4 * i + 2] = v.z; a_frag[0][4 * i + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < SUB_N; j++) {
-                const float4 v = *reinterpret_cast<const float4*>(&Bs[cur ^ 1][0][n_base + j * SUB_N_STRIDE]);
-                b_frag[0][4 * j] = v.x; b_frag[0][4 * j + 1] = v.y; b_frag[0][4 * j + 2] = v.z; b_frag[0][4 * j + 3] = v.w;
-            }
+        // 3. Step BK-1: wait for tile t+1, barrier, its k=0 fragments into set 0.
+        if (t + 1 < num_tiles) {  // uniform across the block
+            cp_async_wait_stages();  // this thread's copies of tile t+1 have landed
+            __syncthreads();         // B(t): everyone's have; the one barrier per tile
+            READ_FRAGMENTS(a_frag[0], b_frag[0], &As[next][0][0], &Bs[next][0][0], 0);
         }
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int j = 0; j < TN; j++)
                 acc[i][j] = fmaf(a_frag[(BK - 1) % 2][i], b_frag[(BK - 1) % 2][j], acc[i][j]);
+        fill = cur;
+        cur = next;
     }
 
     // Epilogue: each row of each 4x4 block as one float4 store.
@@ -314,6 +310,6 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
                 const int col = block_col + n_base + j * SUB_N_STRIDE;
                 store4_guarded(C, row, col, M, N, b_vec,
                                make_float4(acc[4 * i + r][4 * j], acc[4 * i + r][4 * j + 1],
-                                        acc[4 * i + r][4 * j + 2], acc[4 * i + r][4 * j + 3]));
+                                           acc[4 * i + r][4 * j + 2], acc[4 * i + r][4 * j + 3]));
             }
 }

@@ -15,10 +15,10 @@
 // elements of C are stored. Every work-item runs every tile iteration, so all reach every barrier.
 
 #ifndef TS
-#define TS 32          // tile size in M, N and K: a work-group computes a TS x TS tile of C
+#define TS 64          // tile size in M, N and K: a work-group computes a TS x TS tile of C
 #endif
 #ifndef WPT
-#define WPT 8          // work per thread: C elements per work-item, in one column, RTS rows apart
+#define WPT 16         // work per thread: C elements per work-item, in one column, RTS rows apart
 #endif
 #define RTS (TS / WPT) // reduced tile size: work-items along M in a work-group
 

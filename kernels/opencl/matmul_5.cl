@@ -29,13 +29,13 @@
 // every barrier.
 
 #ifndef TSM
-#define TSM 128        // tile size in M: rows of C per work-group
+#define TSM 64         // tile size in M: rows of C per work-group
 #endif
 #ifndef TSN
 #define TSN 64         // tile size in N: columns of C per work-group (= work-items along N)
 #endif
 #ifndef TSK
-#define TSK 16         // tile size in K: depth of the A and B tiles in local memory
+#define TSK 32         // tile size in K: depth of the A and B tiles in local memory
 #endif
 #ifndef WPTM
 #define WPTM 16        // work per thread in M: consecutive C rows per work-item

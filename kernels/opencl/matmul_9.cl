@@ -1,41 +1,47 @@
-// matmul_9: warp tiling, C = A * B (row-major; A is MxK, B is KxN, C is MxN).
-// Over matmul_8 (same two-stage local memory, one barrier per tile, double-buffered register
-// fragments), the work is arranged around the 32-wide warp, which is how NVIDIA hardware serves
-// local memory (work-items 32*w .. 32*w+31 of the work-group form warp w):
-//  - Each warp owns a WM x WN sub-tile of the BM x BN block of C. Its 32 lanes form a
-//    (WM/TM) x (WN/TN) grid, and each lane's TM x TN results are (TM/4) x (TN/4) blocks of 4x4
-//    spaced WM/(TM/4) rows and WN/(TN/4) columns apart (e.g. 2x2 blocks half the warp tile
-//    apart), not one contiguous TM x TN block as in matmul_8.
-//  - So at every step k the lanes of a quarter-warp read consecutive float4s of the B row (or
-//    one shared float4 of the A column, a broadcast): every fragment read is one conflict-free
-//    128-bit local load, where matmul_8's contiguous 8-wide blocks made lanes 2 float4s apart
-//    collide in the same banks. Each warp reads only WM+WN values per step for its WM*WN FMAs.
-//  - The A tile is stored transposed with its rows padded by 4 floats (As[k][BM+4]). The loader
-//    gives a warp 16 rows x 8 columns of A: two lanes per row read the two halves of a 32-byte
-//    sector (full sectors), and the padding shifts the second half's column k+4 by 16 banks, so
-//    the transposing scalar stores of a warp hit 32 distinct banks.
-//  - With STAGGER=1 the next tile travels in two halves: its A part is loaded at the start of a
-//    tile and stored to the other stage half-way, then its B part is loaded and stored after
-//    the last step, so only half a tile is held in registers at any time (fewer registers,
-//    less latency hiding for B); STAGGER=0 loads all of it at the start, as matmul_8 does.
-//  - BK = 8 as in the article: 64 accumulators + 2x16 fragments + staging fit 128 registers
-//    (two 256-thread blocks per SM) without spills; BK = 16 halves the barriers per FMA but
-//    spills at that cap (its unroll lets the scheduler hoist fragment reads further ahead).
-//  - C is written as float4 rows: a quarter-warp writes whole 128-byte lines (WN/TN = 8 lanes).
-// Edges: tile loads outside A or B read zero (which adds nothing), stores outside C are skipped.
-//  Global loads are float4 when the row stride allows 16-byte alignment (K % 4 == 0 for A,
-//  N % 4 == 0 for B, N % 4 == 0 for the stores of C); otherwise each of the four elements is
-//  loaded or stored on its own under its own guard. Those tests are uniform across the kernel.
-//  Every work-item reaches every barrier (the loop trip count depends on K only).
+// matmul_9: warp tiling with large per-work-item tiles and a pre-transposed A;
+// C = A * B (row-major; A is MxK, B is KxN, C is MxN).
+// Over matmul_8 (two-stage local memory, one barrier per tile, double-buffered register
+// fragments, contiguous 8x8 results per work-item):
+//  - Warp tiling, as NVIDIA serves local memory per 32-wide warp (work-items 32*w .. 32*w+31
+//    of the work-group form warp w): each warp owns a WM x WN sub-tile of the BM x BN tile;
+//    its 32 lanes form a (WM/TM) x (WN/TN) grid, and each lane's TM x TN results are
+//    (TM/4) x (TN/4) blocks of 4x4 spaced WM/(TM/4) rows and WN/(TN/4) columns apart. At every
+//    step k the lanes that differ along N read consecutive float4s of the B row and those along
+//    M consecutive float4s of the A^T row (the others get a broadcast), so every fragment read
+//    is one conflict-free 128-bit local load.
+//  - Large per-work-item tiles like cuBLAS' SIMT kernels: TM and TN go up to 16, e.g. a
+//    128x128 tile of 4 warps of 64x64 where each work-item holds 16x8 = 128 accumulators. A
+//    step costs (TM+TN)/4 = 6 float4 local loads for 128 FMAs (matmul_8: 4 for 64), and with
+//    BK = 16 one barrier serves 2048 FMAs per work-item.
+//  - A pre-pass (transpose_a, below, launched first and timed with the kernel) writes
+//    AT = A^T, K rows of LDT = round_up(M, 4) floats (pad columns are zero), into a scratch
+//    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
+//    (LDT % 4 == 0), copied as float4s straight into k-major local memory: no transposing
+//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096).
+//  - OpenCL has no cp.async (matmul_9.cu copies global -> shared with it, in a STAGES-deep
+//    ring): here the next tile is staged in registers (float4 global loads issued at the start
+//    of a tile, stored to the other local stage just before the barrier), matmul_8's double
+//    buffer; STAGES is accepted but ignored (always 2 stages). Tiles, local layout, loader
+//    mapping, fragment scheme and barrier placement are those of the CUDA source.
+//  - C is written as float4 rows of each 4x4 block.
 //
-// One barrier per tile is race-free. Iteration t reads stage s = t%2 and writes stage s^1:
-//  - the writes of tile t+1 into stage s^1 come after this work-item's last read of stage s^1,
-//    which was in iteration t-1, before barrier B(t-1); every work-item has passed B(t-1)
-//    before anyone writes in iteration t, so nobody still reads what is being overwritten;
-//  - the reads of tile t+1 from stage s^1 (the k=0 fragment after B(t), then iteration t+1)
-//    come after barrier B(t), which follows all the writes of tile t+1;
-//  - stage s is written next in iteration t+1, after B(t), which follows every read of tile t
-//    (the last fragment, k=BK-1, is read before B(t); only its FMAs run after it).
+// Loop (one barrier per tile). Prologue: tile 0 -> stage 0, barrier, k = 0 fragments.
+// Iteration t (stage cur = t % 2):
+//  1. issue the global loads of tile t+1 into registers;
+//  2. steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k;
+//  3. step BK-1: store tile t+1 into stage cur^1, barrier B(t), read the k = 0 fragments of
+//     tile t+1 into set 0 (BK is even, so step BK-1 uses set 1), then FMA step BK-1.
+//  Race-free: stage cur^1 was last read for tile t-1 before B(t-1) (its last fragment at step
+//  BK-2 of iteration t-1), and every work-item has passed B(t-1) before anyone stores in
+//  iteration t; tile t+1 is read only after B(t), which follows all its stores.
+//
+// Edges (any M, N, K >= 1): the pre-pass guards its reads and writes (pad columns M .. LDT-1
+// get zeros); the grid is rounded up to whole tiles. A^T chunks are float4 always (LDT % 4 == 0:
+// a chunk is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) reads
+// as zeros. B chunks are one float4 load when N % 4 == 0, else four guarded scalar loads,
+// zero outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars; rows
+// or columns outside C are skipped. These choices are uniform across the kernel, and every
+// work-item reaches every barrier (the trip counts depend on K only).
 
 #ifndef BM
 #define BM 128  // rows of C per work-group
@@ -44,22 +50,22 @@
 #define BN 128  // columns of C per work-group
 #endif
 #ifndef BK
-#define BK 8    // depth of the A and B tiles staged in local memory per step
+#define BK 16   // depth of the A^T and B tiles staged in local memory per step
 #endif
 #ifndef WM
-#define WM 32   // rows of C per warp
+#define WM 64   // rows of C per warp
 #endif
 #ifndef WN
 #define WN 64   // columns of C per warp
 #endif
 #ifndef TM
-#define TM 8    // rows of C per work-item: TM/4 blocks of 4 rows
+#define TM 16   // rows of C per work-item: TM/4 blocks of 4 rows
 #endif
 #ifndef TN
 #define TN 8    // columns of C per work-item: TN/4 blocks of 4 columns
 #endif
-#ifndef STAGGER
-#define STAGGER 1  // 1: next tile's A part stored half-way and B part loaded then; 0: all at once
+#ifndef STAGES
+#define STAGES 3  // local-memory tiles in the CUDA cp.async ring; ignored here (always 2)
 #endif
 
 #define WARP 32                                 // work-items per warp (NVIDIA)
@@ -70,32 +76,41 @@
 #define SUB_N (TN / 4)                          // 4x4 blocks per work-item along N
 #define SUB_M_STRIDE (WM / SUB_M)               // rows between a work-item's 4x4 blocks
 #define SUB_N_STRIDE (WN / SUB_N)               // columns between a work-item's 4x4 blocks
-#define AS_LD (BM + 4)                          // padded row of the transposed A tile
-#define A_LOADS (BM * BK / (4 * THREADS))       // float4 loads of the A tile per work-item
-#define B_LOADS (BK * BN / (4 * THREADS))       // float4 loads of the B tile per work-item
-// Step of a tile at which the next tile's A part is stored and its B part loaded: half-way
-// when staggered, else after the last step (B is then loaded with A, at the start).
-#define SWAP_STEP (STAGGER ? BK / 2 : BK)
+#define A_F4 (BK * BM / 4)                      // float4 chunks in an A^T tile
+#define B_F4 (BK * BN / 4)                      // float4 chunks in a B tile
+#define A_LOADS ((A_F4 + THREADS - 1) / THREADS)  // chunks of the A^T tile per work-item
+#define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per work-item
 
-// Four consecutive elements (row, col..col+3) of a row-major rows x cols matrix; elements outside
-// the matrix read as zero. vec_ok (cols % 4 == 0) means the four are all inside or all outside
-// and 16-byte aligned, so one float4 load does.
-inline float4 load4_guarded(const __global float* X, const int row, const int col,
-                            const int rows, const int cols, const int vec_ok) {
-    float4 v = (float4)(0.0f);
-    if (row < rows) {
-        const __global float* p = X + row * cols + col;
-        if (vec_ok) {
-            if (col < cols) v = *((const __global float4*)p);
-        } else {
-            if (col < cols) v.x = p[0];
-            if (col + 1 < cols) v.y = p[1];
-            if (col + 2 < cols) v.z = p[2];
-            if (col + 3 < cols) v.w = p[3];
-        }
+// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero.
+// A 32x32 tile of A goes through local memory so that the reads (along K) and the writes
+// (along M) are both coalesced; the +1 padding puts a tile column in distinct banks. A
+// work-group is 32 x 8 work-items, each moving 4 elements. Grid: ceil_div(K, 32) x ceil_div(M, 32).
+__kernel __attribute__((reqd_work_group_size(32, 8, 1)))
+void transpose_a(const int M, const int K, const __global float* A, __global float* AT) {
+    __local float tile[32][33];
+    const int ldt = (M + 3) & ~3;
+    const int tx = get_local_id(0);
+    const int ty = get_local_id(1);
+    const int k0 = get_group_id(0) * 32;
+    const int m0 = get_group_id(1) * 32;
+#pragma unroll
+    for (int r = 0; r < 32; r += 8) {
+        const int m = m0 + ty + r;
+        const int k = k0 + tx;
+        tile[ty + r][tx] = (m < M && k < K) ? A[m * K + k] : 0.0f;
     }
-    return v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int r = 0; r < 32; r += 8) {
+        const int k = k0 + ty + r;
+        const int m = m0 + tx;
+        if (k < K && m < ldt) AT[(size_t)k * ldt + m] = tile[tx][ty + r];
+    }
 }
+
+// Where float4 chunk f (= tid + i*THREADS) of a tile goes: row-major, W/4 chunks per row of W.
+#define TILE_ROW(f, W) ((f) / ((W) / 4))
+#define TILE_COL(f, W) (((f) % ((W) / 4)) * 4)
 
 // Stores four consecutive elements (row, col..col+3) of C, skipping those outside it.
 inline void store4_guarded(__global float* X, const int row, const int col, const int rows,
@@ -113,34 +128,89 @@ inline void store4_guarded(__global float* X, const int row, const int col, cons
     }
 }
 
-// Where float4 number f (= tid + i*THREADS) of the A tile comes from: warp-sized chunks of 32
-// cover 16 rows x 8 columns (lanes 0-15: columns 0-3 of rows 0-15; lanes 16-31: columns 4-7);
-// chunks walk down the BM rows first, then to the next 8 columns.
-#define A_TILE_ROW(f) ((((f) / WARP) % (BM / 16)) * 16 + ((f) % 16))
-#define A_TILE_COL(f) ((((f) / WARP) / (BM / 16)) * 8 + (((f) % WARP) / 16) * 4)
-// Float4 number f of the B tile: row-major, BN/4 float4s per row.
-#define B_TILE_ROW(f) ((f) / (BN / 4))
-#define B_TILE_COL(f) (((f) % (BN / 4)) * 4)
+// Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside).
+#define LOAD_TILE(k0)                                                                             \
+    do {                                                                                          \
+        const __global float* at_tile_ = AT + (size_t)(k0) * ldt;                                 \
+        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
+            const int f_ = tid + i_ * THREADS;                                                    \
+            a_st[i_] = (float4)(0.0f);                                                            \
+            if (A_F4 % THREADS == 0 || f_ < A_F4) {                                               \
+                const int r_ = TILE_ROW(f_, BM);                                                  \
+                const int c_ = TILE_COL(f_, BM);                                                  \
+                if ((k0) + r_ < K && block_row + c_ < ldt)                                        \
+                    a_st[i_] = *((const __global float4*)(at_tile_ + (size_t)r_ * ldt + block_row + c_)); \
+            }                                                                                     \
+        }                                                                                         \
+        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
+            const int f_ = tid + i_ * THREADS;                                                    \
+            b_st[i_] = (float4)(0.0f);                                                            \
+            if (B_F4 % THREADS == 0 || f_ < B_F4) {                                               \
+                const int k_ = (k0) + TILE_ROW(f_, BN);                                           \
+                const int n_ = block_col + TILE_COL(f_, BN);                                      \
+                if (k_ < K) {                                                                     \
+                    const __global float* p_ = B + k_ * N + n_;                                   \
+                    if (b_vec) {                                                                  \
+                        if (n_ < N) b_st[i_] = *((const __global float4*)p_);                     \
+                    } else {                                                                      \
+                        if (n_ < N) b_st[i_].x = p_[0];                                           \
+                        if (n_ + 1 < N) b_st[i_].y = p_[1];                                       \
+                        if (n_ + 2 < N) b_st[i_].z = p_[2];                                       \
+                        if (n_ + 3 < N) b_st[i_].w = p_[3];                                       \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+        }                                                                                         \
+    } while (0)
+
+// Stores the staged tile into local stage s (float4 stores, the CUDA cp.async destinations).
+#define STORE_TILE(s)                                                                             \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
+            const int f_ = tid + i_ * THREADS;                                                    \
+            if (A_F4 % THREADS == 0 || f_ < A_F4)                                                 \
+                *((__local float4*)&As[s][TILE_ROW(f_, BM)][TILE_COL(f_, BM)]) = a_st[i_];        \
+        }                                                                                         \
+        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
+            const int f_ = tid + i_ * THREADS;                                                    \
+            if (B_F4 % THREADS == 0 || f_ < B_F4)                                                 \
+                *((__local float4*)&Bs[s][TILE_ROW(f_, BN)][TILE_COL(f_, BN)]) = b_st[i_];        \
+        }                                                                                         \
+    } while (0)
+
+// Reads the fragments of step k from local stage s into a_f[TM], b_f[TN]: float4 loads.
+#define READ_FRAGMENTS(a_f, b_f, s, k)                                                            \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < SUB_M; i_++) {                                    \
+            const float4 v_ = *((const __local float4*)&As[s][k][m_base + i_ * SUB_M_STRIDE]);    \
+            a_f[4 * i_] = v_.x; a_f[4 * i_ + 1] = v_.y; a_f[4 * i_ + 2] = v_.z; a_f[4 * i_ + 3] = v_.w; \
+        }                                                                                         \
+        _Pragma("unroll") for (int j_ = 0; j_ < SUB_N; j_++) {                                    \
+            const float4 v_ = *((const __local float4*)&Bs[s][k][n_base + j_ * SUB_N_STRIDE]);    \
+            b_f[4 * j_] = v_.x; b_f[4 * j_ + 1] = v_.y; b_f[4 * j_ + 2] = v_.z; b_f[4 * j_ + 3] = v_.w; \
+        }                                                                                         \
+    } while (0)
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void matmul_9(const int M, const int N, const int K,
-              const __global float* A, const __global float* B, __global float* C) {
-    __local float As[2][BK][AS_LD] __attribute__((aligned(16)));  // A tile transposed: [k][m]
-    __local float Bs[2][BK][BN] __attribute__((aligned(16)));     // B tile as it is: [k][n]
+              const __global float* AT, const __global float* B, __global float* C) {
+    __local float As[2][BK][BM] __attribute__((aligned(16)));  // A^T tiles: [k][m]
+    __local float Bs[2][BK][BN] __attribute__((aligned(16)));  // B tiles: [k][n]
 
     const int tid = get_local_id(0);
     const int warp = tid / WARP;
     const int lane = tid % WARP;
-    // First row / column of this work-item's first 4x4 block, within the block tile.
+    // First row / column of this work-item's first 4x4 block, within the work-group tile.
     const int m_base = (warp / WARPS_N) * WM + (lane / LANES_N) * 4;
     const int n_base = (warp % WARPS_N) * WN + (lane % LANES_N) * 4;
     const int block_row = get_group_id(1) * BM;
     const int block_col = get_group_id(0) * BN;
-    const int a_vec = (K % 4) == 0;
+    const int ldt = (M + 3) & ~3;  // row length of AT
     const int b_vec = (N % 4) == 0;
+    const int num_tiles = (K + BK - 1) / BK;
 
-    float4 a_next[A_LOADS];  // the next tile, in flight from global memory
-    float4 b_next[B_LOADS];
+    float4 a_st[A_LOADS];  // the next tile, in flight from global memory
+    float4 b_st[B_LOADS];
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; i++)
@@ -149,146 +219,33 @@ void matmul_9(const int M, const int N, const int K,
     float a_frag[2][TM];  // two sets: step k+1 is read while step k is computed
     float b_frag[2][TN];
 
-    // Prologue: tile 0 into stage 0, then the k=0 fragments into set 0.
-#pragma unroll
-    for (int i = 0; i < A_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        a_next[i] = load4_guarded(A, block_row + A_TILE_ROW(f), A_TILE_COL(f), M, K, a_vec);
-    }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        b_next[i] = load4_guarded(B, B_TILE_ROW(f), block_col + B_TILE_COL(f), K, N, b_vec);
-    }
-#pragma unroll
-    for (int i = 0; i < A_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        As[0][A_TILE_COL(f)][A_TILE_ROW(f)] = a_next[i].x;
-        As[0][A_TILE_COL(f) + 1][A_TILE_ROW(f)] = a_next[i].y;
-        As[0][A_TILE_COL(f) + 2][A_TILE_ROW(f)] = a_next[i].z;
-        As[0][A_TILE_COL(f) + 3][A_TILE_ROW(f)] = a_next[i].w;
-    }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        *((__local float4*)&Bs[0][B_TILE_ROW(f)][B_TILE_COL(f)]) = b_next[i];
-    }
+    // Prologue: tile 0 into stage 0, then its k=0 fragments into set 0.
+    LOAD_TILE(0);
+    STORE_TILE(0);
     barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int i = 0; i < SUB_M; i++) {
-        const float4 v = *((const __local float4*)&As[0][0][m_base + i * SUB_M_STRIDE]);
-        a_frag[0][4 * i] = v.x; a_frag[0][4 * i + 1] = v.y; a_frag[0][4 * i + 2] = v.z; a_frag[0][4 * i + 3] = v.w;
-    }
-#pragma unroll
-    for (int j = 0; j < SUB_N; j++) {
-        const float4 v = *((const __local float4*)&Bs[0][0][n_base + j * SUB_N_STRIDE]);
-        b_frag[0][4 * j] = v.x; b_frag[0][4 * j + 1] = v.y; b_frag[0][4 * j + 2] = v.z; b_frag[0][4 * j + 3] = v.w;
-    }
+    READ_FRAGMENTS(a_frag[0], b_frag[0], 0, 0);
 
-    const int num_tiles = (K + BK - 1) / BK;
     for (int t = 0; t < num_tiles; t++) {
         const int cur = t & 1;
         const int has_next = t + 1 < num_tiles;  // uniform across the work-group
-        const int k_next = (t + 1) * BK;
+        // 1. Tile t+1 into registers; the loads complete while steps 0 .. BK-2 compute.
+        if (has_next) LOAD_TILE((t + 1) * BK);
 
-        // 1. Issue the global loads of tile t+1's A part (and B part unless staggered); they
-        //    complete while steps 0 .. SWAP_STEP-1 of tile t compute.
-        if (has_next) {
-#pragma unroll
-            for (int i = 0; i < A_LOADS; i++) {
-                const int f = tid + i * THREADS;
-                a_next[i] = load4_guarded(A, block_row + A_TILE_ROW(f), k_next + A_TILE_COL(f),
-                                          M, K, a_vec);
-            }
-            if (!STAGGER) {
-#pragma unroll
-                for (int i = 0; i < B_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    b_next[i] = load4_guarded(B, k_next + B_TILE_ROW(f), block_col + B_TILE_COL(f),
-                                              K, N, b_vec);
-                }
-            }
-        }
-
-        // 2. Steps k = 0 .. BK-2 of tile t: read the fragments of step k+1, then FMA step k.
-        //    Staggered, at step SWAP_STEP = BK/2 the A part of tile t+1 goes into the other
-        //    stage and the loads of its B part are issued (stored after the last step), so only
-        //    half a tile is held in registers (stage cur^1 may be written at any point of this
-        //    iteration: see the header).
+        // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
 #pragma unroll
         for (int k = 0; k < BK - 1; k++) {
-            if (STAGGER && k == SWAP_STEP && has_next) {
-#pragma unroll
-                for (int i = 0; i < A_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    As[cur ^ 1][A_TILE_COL(f)][A_TILE_ROW(f)] = a_next[i].x;
-                    As[cur ^ 1][A_TILE_COL(f) + 1][A_TILE_ROW(f)] = a_next[i].y;
-                    As[cur ^ 1][A_TILE_COL(f) + 2][A_TILE_ROW(f)] = a_next[i].z;
-                    As[cur ^ 1][A_TILE_COL(f) + 3][A_TILE_ROW(f)] = a_next[i].w;
-                }
-#pragma unroll
-                for (int i = 0; i < B_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    b_next[i] = load4_guarded(B, k_next + B_TILE_ROW(f), block_col + B_TILE_COL(f),
-                                              K, N, b_vec);
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < SUB_M; i++) {
-                const float4 v = *((const __local float4*)&As[cur][k + 1][m_base + i * SUB_M_STRIDE]);
-                a_frag[(k + 1) % 2][4 * i] = v.x;
-                a_frag[(k + 1) % 2][4 * i + 1] = v.y;
-                a_frag[(k + 1) % 2][4 * i + 2] = v.z;
-                a_frag[(k + 1) % 2][4 * i + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < SUB_N; j++) {
-                const float4 v = *((const __local float4*)&Bs[cur][k + 1][n_base + j * SUB_N_STRIDE]);
-                b_frag[(k + 1) % 2][4 * j] = v.x;
-                b_frag[(k + 1) % 2][4 * j + 1] = v.y;
-                b_frag[(k + 1) % 2][4 * j + 2] = v.z;
-                b_frag[(k + 1) % 2][4 * j + 3] = v.w;
-            }
+            READ_FRAGMENTS(a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], cur, k + 1);
 #pragma unroll
             for (int i = 0; i < TM; i++)
 #pragma unroll
                 for (int j = 0; j < TN; j++)
                     acc[i][j] = fma(a_frag[k % 2][i], b_frag[k % 2][j], acc[i][j]);
         }
-
-        // 3. Store the B part of tile t+1 (and A part unless staggered) into the other stage.
+        // 3. Step BK-1: tile t+1 goes to the other stage, barrier, its k=0 fragments into set 0.
         if (has_next) {
-            if (!STAGGER) {
-#pragma unroll
-                for (int i = 0; i < A_LOADS; i++) {
-                    const int f = tid + i * THREADS;
-                    As[cur ^ 1][A_TILE_COL(f)][A_TILE_ROW(f)] = a_next[i].x;
-                    As[cur ^ 1][A_TILE_COL(f) + 1][A_TILE_ROW(f)] = a_next[i].y;
-                    As[cur ^ 1][A_TILE_COL(f) + 2][A_TILE_ROW(f)] = a_next[i].z;
-                    As[cur ^ 1][A_TILE_COL(f) + 3][A_TILE_ROW(f)] = a_next[i].w;
-                }
-            }
-#pragma unroll
-            for (int i = 0; i < B_LOADS; i++) {
-                const int f = tid + i * THREADS;
-                *((__local float4*)&Bs[cur ^ 1][B_TILE_ROW(f)][B_TILE_COL(f)]) = b_next[i];
-            }
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);  // the one barrier per tile
-
-        // 4. Read the k=0 fragments of tile t+1 into set 0 (free: BK is even, so the last
-        //    step of tile t uses set 1), then FMA that last step.
-        if (has_next) {
-#pragma unroll
-            for (int i = 0; i < SUB_M; i++) {
-                const float4 v = *((const __local float4*)&As[cur ^ 1][0][m_base + i * SUB_M_STRIDE]);
-                a_frag[0][4 * i] = v.x; a_frag[0][4 * i + 1] = v.y; a_frag[0][4 * i + 2] = v.z; a_frag[0][4 * i + 3] = v.w;
-            }
-#pragma unroll
-            for (int j = 0; j < SUB_N; j++) {
-                const float4 v = *((const __local float4*)&Bs[cur ^ 1][0][n_base + j * SUB_N_STRIDE]);
-                b_frag[0][4 * j] = v.x; b_frag[0][4 * j + 1] = v.y; b_frag[0][4 * j + 2] = v.z; b_frag[0][4 * j + 3] = v.w;
-            }
+            STORE_TILE(cur ^ 1);
+            barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
+            READ_FRAGMENTS(a_frag[0], b_frag[0], cur ^ 1, 0);
         }
 #pragma unroll
         for (int i = 0; i < TM; i++)
