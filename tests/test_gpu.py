@@ -16,11 +16,15 @@ BACKENDS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One store for the module: a fresh sqlite store costs seconds of schema migrations."""
+    return f"sqlite:///{tmp_path_factory.mktemp('gpu') / 'mlflow.db'}"
+
+
 def _recorded(store):
     mlflow.set_tracking_uri(store)
-    runs = mlflow.search_runs(experiment_names=["gemmlab"], output_format="list")
-    assert len(runs) == 1
-    return runs[0]
+    return mlflow.get_run(mlflow.last_active_run().info.run_id)
 
 
 def _size(name: str, odd: bool) -> list[str]:
@@ -32,10 +36,7 @@ def _size(name: str, odd: bool) -> list[str]:
 @pytest.mark.parametrize("odd", [False, True], ids=["large", "odd"])
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", KERNEL_NAMES)
-def test_kernel_verified_on_the_gpu(tmp_path, name, backend, odd):
-    if name == "matmul_1" and not odd:
-        pytest.skip("the naive kernel at 4096 is the benchmark's job, not a test's")
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+def test_kernel_verified_on_the_gpu(store, name, backend, odd):
     cfg = compose_config(f"kernel={name}", *backend, *_size(name, odd), "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")
     assert run(cfg) is not None
