@@ -11,7 +11,7 @@ from typing import Optional
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from runner.backends import make_backend
 from runner.errors import RunError
@@ -46,6 +46,7 @@ def run(cfg: DictConfig) -> Optional[float]:
         params = flat_config(cfg)
         params.update({"M": size.M, "N": size.N, "K": size.K, "dtype": "float32"})
         recorder.params(params)
+        recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.tags({"gemmlab.kernel": cfg.kernel.name, "gemmlab.backend": backend_name,
                        "gemmlab.operation": cfg.kernel.operation.value})
         plan = plan_kernel(cfg.kernel, size)

@@ -52,7 +52,9 @@ def test_a_run_is_recorded_with_everything(store):
     assert tags["gemmlab.runner_version"]
     assert tags["vendor.name"].startswith("numpy")
     artifacts = {a.path for a in MlflowClient(store).list_artifacts(recorded.info.run_id)}
-    assert {"source", "compile_log.txt", "timing"} <= artifacts
+    assert {"source", "compile_log.txt", "timing", "config.yaml"} <= artifacts
+    config = mlflow.artifacts.load_text(f"runs:/{recorded.info.run_id}/config.yaml")
+    assert "TS: 8" in config and "m: 96" in config
     source = mlflow.artifacts.load_text(
         f"runs:/{recorded.info.run_id}/source/matmul_2.cl")
     assert "#define TS 8" in source and "-DTS=8" in source
