@@ -15,7 +15,7 @@
 #define TILE 32    // tile edge in elements; the block is TILE x STRIDE threads
 #endif
 #ifndef STRIDE
-#define STRIDE 8   // rows of threads per block; each thread handles TILE/STRIDE rows
+#define STRIDE 4   // rows of threads per block; each thread handles TILE/STRIDE rows
 #endif
 
 extern "C" __global__ void copy_2(const int M, const int N,

@@ -23,7 +23,7 @@
 #define TILE 32    // tile edge in elements; the work-group is TILE x STRIDE work-items
 #endif
 #ifndef STRIDE
-#define STRIDE 8   // rows of work-items per group; each work-item handles TILE/STRIDE rows
+#define STRIDE 4   // rows of work-items per group; each work-item handles TILE/STRIDE rows
 #endif
 
 __kernel void transpose_4(const int M, const int N,
