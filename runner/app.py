@@ -38,8 +38,14 @@ def run(cfg: DictConfig) -> Optional[float]:
     """One recorded run. Returns the median GFLOPS (GB/s for copies), None when it failed."""
     size = ProblemSize(cfg.m, cfg.n, cfg.k)
     backend_name = cfg.backend.name
-    recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
-                                      f"{size.label(cfg.kernel.operation)}")
+    try:
+        recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
+                                          f"{size.label(cfg.kernel.operation)}")
+    except Exception as error:  # nothing can be recorded: say where and why, run nothing
+        print_failure(f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: "
+                      f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
+                      None)
+        return None
     where = (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
              f"in {recorder.uri}")
     try:

@@ -110,3 +110,10 @@ def test_config_errors_exit_non_zero_with_hydras_message(tmp_path):
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert "nonesuch" in done.stderr and "Available options" in done.stderr
+
+
+def test_unusable_tracking_store_is_one_clear_line(capsys):
+    cfg = compose_config("backend.device_type=cpu", "size=16",
+                         "tracking.uri=nosuchscheme://nowhere")
+    assert run(cfg) is None
+    assert "cannot record in MLflow at tracking.uri=" in capsys.readouterr().err
