@@ -2,6 +2,7 @@
 
 import json
 import logging
+import os
 import subprocess
 import sys
 from typing import Any, Mapping, Optional
@@ -39,6 +40,12 @@ def flat_config(cfg: DictConfig) -> dict[str, str]:
 
 
 def git_commit() -> Optional[str]:
+    """The checkout's commit ("-dirty" with uncommitted changes to tracked files).
+
+    GEMMLAB_GIT_COMMIT stands in where the tree travelled without its .git (a lent GPU host).
+    """
+    if os.environ.get("GEMMLAB_GIT_COMMIT"):
+        return os.environ["GEMMLAB_GIT_COMMIT"]
     try:
         commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
                                 capture_output=True, text=True, timeout=10, check=True)

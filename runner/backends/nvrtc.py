@@ -4,6 +4,7 @@ Works without a GPU (CuPy's low-level NVRTC binding plus the NVRTC wheel), so so
 compiled and their registers and spills checked on any machine.
 """
 
+import functools
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
@@ -19,9 +20,21 @@ class NvrtcOutput:
 
 def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
                  compute_capability: int, max_registers: Optional[int] = None) -> NvrtcOutput:
+    """NVRTC's output for this source and these options, compiled once per process.
+
+    NVRTC 13 has been seen to return an empty log when the same program is compiled again in
+    one process (a sweep), which would lose the ptxas report; the first output is kept instead.
+    """
+    return _compile_once(source, source_name, tuple(defines.items()), int(compute_capability),
+                         None if max_registers is None else int(max_registers))
+
+
+@functools.lru_cache(maxsize=128)
+def _compile_once(source: str, source_name: str, defines: tuple, compute_capability: int,
+                  max_registers: Optional[int]) -> NvrtcOutput:
     from cupy_backends.cuda.libs import nvrtc
 
-    options = [f"-D{name}={int(value)}" for name, value in defines.items()]
+    options = [f"-D{name}={int(value)}" for name, value in defines]
     options += [f"-arch=sm_{int(compute_capability)}", "-std=c++17", "--ptxas-options=-v",
                 "-lineinfo"]
     if max_registers is not None:
