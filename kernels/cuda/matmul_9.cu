@@ -24,6 +24,19 @@
 //    keeps matmul_8's register-staged double buffer (STAGES is ignored there) with the same
 //    tiles, shared layout, loader mapping and fragment scheme.
 //  - C is written as float4 rows of each 4x4 block.
+//  - A lean loader (the k loop is ~2048 FFMAs per tile at the defaults, so every other
+//    instruction costs issue slots): a thread's chunks of a tile sit in one column, A_ROWS
+//    (B_ROWS) rows apart, and land at shared float (tid + i*THREADS)*4, so the per-chunk
+//    pointers are one 64-bit pointer per operand (set up once, advanced BK rows per tile) plus
+//    block-uniform row offsets, the shared destinations are a register plus constants, and
+//    the column guards are a src-size fixed per thread. Row guards (k < K) run only on a
+//    ragged last tile (a uniform branch); the full tiles take the unguarded branch. Fragment
+//    reads use one per-thread pointer per operand and stage, plus constant offsets. (The
+//    previous loader recomputed row, column, guards and 64-bit addresses for every chunk of
+//    every tile: ~200 of ~2500 instructions per tile at the defaults; now ~70.)
+//  - Grouped block order (GROUP): block (x, y) is renumbered so that consecutive blocks walk
+//    down columns of GROUP tile rows; the blocks resident at once then share A^T row panels
+//    and B column panels in L2 (GROUP = 1 keeps the row-by-row order).
 //
 // Pipeline (one barrier per tile). Prologue: tiles 0 .. STAGES-2 are issued into stages
 // 0 .. STAGES-2 (one commit group each, empty past the last tile), wait_group(STAGES-2) and a
@@ -41,9 +54,11 @@
 //  buffer: tile t+1 is copied while steps 0 .. BK-2 of tile t compute.
 //
 // Edges (any M, N, K >= 1): the pre-pass guards its reads and writes (pad columns M .. LDT-1
-// get zeros); the grid is rounded up to whole tiles. A^T chunks are float4 always (LDT % 4 == 0:
-// a chunk is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) is
-// zero-filled by cp.async's src-size operand (0 bytes read, 16 zeros written). B chunks are one
+// get zeros); the grid is rounded up to whole tiles (GROUP's renumbering is a permutation of
+// the grid, a short last group included). A^T chunks are float4 always (LDT % 4 == 0: a chunk
+// is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) is
+// zero-filled by cp.async's src-size operand (0 bytes read, 16 zeros written), its pointer
+// clamped to a row start (column) or to AT (row, last tile only). B chunks are one
 // 16-byte cp.async when N % 4 == 0, else four 4-byte cp.async (.ca), each zero-filled on its
 // own when outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars;
 // rows or columns outside C are skipped. These choices are uniform across the kernel, and every
@@ -78,6 +93,9 @@
 #ifndef STAGES
 #define STAGES 3  // shared-memory tiles in the cp.async ring (CUDA; OpenCL always uses 2)
 #endif
+#ifndef GROUP
+#define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
+#endif
 
 #define WARP 32                                 // threads per warp
 #define WARPS_N (BN / WN)                       // warps along N
@@ -91,6 +109,8 @@
 #define B_F4 (BK * BN / 4)                      // float4 chunks in a B tile
 #define A_LOADS ((A_F4 + THREADS - 1) / THREADS)  // chunks of the A^T tile per thread
 #define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per thread
+#define A_ROWS (THREADS / (BM / 4))             // A^T tile rows between a thread's chunks
+#define B_ROWS (THREADS / (BN / 4))             // B tile rows between a thread's chunks
 // Registers a thread needs, roughly: accumulators, two fragment sets, addresses and indices.
 #define REG_ESTIMATE (TM * TN + 2 * (TM + TN) + 32)
 #define BLOCKS_FIT (65536 / (THREADS * REG_ESTIMATE))
@@ -148,51 +168,6 @@ __device__ __forceinline__ void cp_async_wait_stages() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
 }
 
-// Where float4 chunk f (= tid + i*THREADS) of a tile goes: row-major, W/4 chunks per row of W.
-#define TILE_ROW(f, W) ((f) / ((W) / 4))
-#define TILE_COL(f, W) (((f) % ((W) / 4)) * 4)
-
-// Issues the copies of the tile at depth k0 into one stage (As_s: BK x BM, Bs_s: BK x BN).
-__device__ __forceinline__ void issue_tile(float* As_s, float* Bs_s, const float* __restrict__ AT,
-                                           const float* __restrict__ B, const int ldt,
-                                           const int N, const int K, const int k0,
-                                           const int block_row, const int block_col,
-                                           const int tid, const int b_vec) {
-    const float* at_tile = AT + (size_t)k0 * ldt;
-#pragma unroll
-    for (int i = 0; i < A_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        if (A_F4 % THREADS == 0 || f < A_F4) {
-            const int r = TILE_ROW(f, BM);
-            const int c = TILE_COL(f, BM);
-            const int inside = k0 + r < K && block_row + c < ldt;
-            const float* src = inside ? at_tile + (size_t)r * ldt + block_row + c : AT;
-            cp_async_16(shared_address(As_s + r * BM + c), src, inside ? 16 : 0);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < B_LOADS; i++) {
-        const int f = tid + i * THREADS;
-        if (B_F4 % THREADS == 0 || f < B_F4) {
-            const int r = TILE_ROW(f, BN);
-            const int c = TILE_COL(f, BN);
-            const int k = k0 + r;
-            const int n = block_col + c;
-            const unsigned dst = shared_address(Bs_s + r * BN + c);
-            if (b_vec) {
-                const int inside = k < K && n < N;
-                cp_async_16(dst, inside ? B + k * N + n : B, inside ? 16 : 0);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const int inside = k < K && n + e < N;
-                    cp_async_4(dst + 4 * e, inside ? B + k * N + n + e : B, inside ? 4 : 0);
-                }
-            }
-        }
-    }
-}
-
 // Stores four consecutive elements (row, col..col+3) of C, skipping those outside it.
 __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int row, const int col,
                                                const int rows, const int cols, const int vec_ok,
@@ -210,19 +185,26 @@ __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int 
     }
 }
 
-// Reads the fragments of step k from one stage into a_f[TM], b_f[TN]: LDS.128 each.
-#define READ_FRAGMENTS(a_f, b_f, As_s, Bs_s, k)                                                  \
+// Reads the fragments of step k into a_f[TM], b_f[TN]: LDS.128 each. a_rd / b_rd point at this
+// thread's first column of the stage, so every address is a register plus a constant offset.
+#define READ_FRAGMENTS(a_f, b_f, a_rd, b_rd, k)                                                  \
     do {                                                                                          \
         _Pragma("unroll") for (int i_ = 0; i_ < SUB_M; i_++) {                                    \
-            const float4 v_ = *reinterpret_cast<const float4*>(                                   \
-                (As_s) + (k) * BM + m_base + i_ * SUB_M_STRIDE);                                  \
+            const float4 v_ = *reinterpret_cast<const float4*>((a_rd) + (k) * BM + i_ * SUB_M_STRIDE); \
             a_f[4 * i_] = v_.x; a_f[4 * i_ + 1] = v_.y; a_f[4 * i_ + 2] = v_.z; a_f[4 * i_ + 3] = v_.w; \
         }                                                                                         \
         _Pragma("unroll") for (int j_ = 0; j_ < SUB_N; j_++) {                                    \
-            const float4 v_ = *reinterpret_cast<const float4*>(                                   \
-                (Bs_s) + (k) * BN + n_base + j_ * SUB_N_STRIDE);                                  \
+            const float4 v_ = *reinterpret_cast<const float4*>((b_rd) + (k) * BN + j_ * SUB_N_STRIDE); \
             b_f[4 * j_] = v_.x; b_f[4 * j_ + 1] = v_.y; b_f[4 * j_ + 2] = v_.z; b_f[4 * j_ + 3] = v_.w; \
         }                                                                                         \
+    } while (0)
+
+// FMA step: acc += a_f (column) x b_f (row).
+#define FMA_STEP(a_f, b_f)                                                                        \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < TM; i_++)                                         \
+            _Pragma("unroll") for (int j_ = 0; j_ < TN; j_++)                                     \
+                acc[i_][j_] = fmaf(a_f[i_], b_f[j_], acc[i_][j_]);                                \
     } while (0)
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -237,11 +219,99 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
     // First row / column of this thread's first 4x4 block, within the block tile.
     const int m_base = (warp / WARPS_N) * WM + (lane / LANES_N) * 4;
     const int n_base = (warp % WARPS_N) * WN + (lane % LANES_N) * 4;
-    const int block_row = blockIdx.y * BM;
-    const int block_col = blockIdx.x * BN;
+
+    // Block -> tile of C. GROUP > 1: blocks are numbered down columns of GROUP tile rows, so
+    // the blocks resident at once share A^T and B panels in L2 (GROUP = 1: row by row).
+#if GROUP == 1
+    const int tile_m = blockIdx.y;
+    const int tile_n = blockIdx.x;
+#else
+    int tile_m, tile_n;
+    {
+        const int pid = blockIdx.y * gridDim.x + blockIdx.x;
+        const int in_group = GROUP * gridDim.x;          // blocks in a group of GROUP tile rows
+        const int first_m = (pid / in_group) * GROUP;
+        const int rows = min((int)gridDim.y - first_m, GROUP);  // the last group may be short
+        const int r = pid - (pid / in_group) * in_group;
+        tile_m = first_m + r % rows;
+        tile_n = r / rows;
+    }
+#endif
+    const int block_row = tile_m * BM;
+    const int block_col = tile_n * BN;
     const int ldt = (M + 3) & ~3;  // row length of AT
     const int b_vec = (N % 4) == 0;
     const int num_tiles = (K + BK - 1) / BK;
+
+    // Loader: chunk i (f = tid + i*THREADS) of a tile is row f / (W/4), column (f % (W/4))*4,
+    // i.e. this thread's column plus i*(THREADS/(W/4)) rows (THREADS is a multiple of W/4), and
+    // lands at float f*4 of the stage. Its global pointer is set up once and advanced by BK
+    // rows per tile; a column outside AT / B gets src-size 0 and a pointer to its row start.
+    const int a_r0 = tid / (BM / 4);
+    const int a_c = block_row + (tid % (BM / 4)) * 4;
+    const int a_bytes = a_c < ldt ? 16 : 0;
+    const int b_r0 = tid / (BN / 4);
+    const int b_c = block_col + (tid % (BN / 4)) * 4;
+    const int b_bytes = b_c < N ? 16 : 0;  // the float4 path (N % 4 == 0)
+    // One pointer per operand (chunk 0's, clamped to its row start when the column is outside),
+    // advanced by BK rows per tile; chunk i adds i*A_ROWS (B_ROWS) rows, an offset that is the
+    // same for the whole block (uniform registers), so no per-chunk 64-bit pointers are kept.
+    const float* a_src = AT + (size_t)a_r0 * ldt + (a_bytes ? a_c : 0);
+    const float* b_src = B + (size_t)b_r0 * N + (b_c < N ? b_c : 0);
+    const size_t a_step = (size_t)BK * ldt;
+    const size_t b_step = (size_t)BK * N;
+    const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
+    const size_t b_rows = (size_t)B_ROWS * N;
+    const unsigned a_dst0 = shared_address(&As[0][0][0]) + tid * 16;
+    const unsigned b_dst0 = shared_address(&Bs[0][0][0]) + tid * 16;
+
+    // Issues the copies of the tile at depth k0 into stage s, then advances the pointers. A tile
+    // wholly inside K (all but a ragged last one) needs no row guards: a uniform fast path.
+    auto issue_tile = [&](const int s, const int k0) {
+        const unsigned a_dst = a_dst0 + s * (BK * BM * 4);
+        const unsigned b_dst = b_dst0 + s * (BK * BN * 4);
+        if (k0 + BK <= K) {
+#pragma unroll
+            for (int i = 0; i < A_LOADS; i++)
+                if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK)
+                    cp_async_16(a_dst + i * THREADS * 16, a_src + i * a_rows, a_bytes);
+            if (b_vec) {
+#pragma unroll
+                for (int i = 0; i < B_LOADS; i++)
+                    if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK)
+                        cp_async_16(b_dst + i * THREADS * 16, b_src + i * b_rows, b_bytes);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < A_LOADS; i++)
+                if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK) {
+                    const int in = k0 + a_r0 + i * A_ROWS < K;
+                    cp_async_16(a_dst + i * THREADS * 16, in ? a_src + i * a_rows : AT, in ? a_bytes : 0);
+                }
+            if (b_vec) {
+#pragma unroll
+                for (int i = 0; i < B_LOADS; i++)
+                    if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK) {
+                        const int in = k0 + b_r0 + i * B_ROWS < K;
+                        cp_async_16(b_dst + i * THREADS * 16, in ? b_src + i * b_rows : B, in ? b_bytes : 0);
+                    }
+            }
+        }
+        if (!b_vec) {  // N % 4 != 0: rows are not 16-byte aligned, four guarded 4-byte copies
+#pragma unroll
+            for (int i = 0; i < B_LOADS; i++)
+                if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK) {
+                    const int row_in = k0 + b_r0 + i * B_ROWS < K;
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        const int in = row_in && b_c + e < N;
+                        cp_async_4(b_dst + i * THREADS * 16 + 4 * e, in ? b_src + i * b_rows + e : B, in ? 4 : 0);
+                    }
+                }
+        }
+        a_src += a_step;
+        b_src += b_step;
+    };
 
     float acc[TM][TN];
 #pragma unroll
@@ -250,51 +320,42 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
         for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
     float a_frag[2][TM];  // two sets: step k+1 is read while step k is computed
     float b_frag[2][TN];
+    const float* const a_rd0 = &As[0][0][0] + m_base;
+    const float* const b_rd0 = &Bs[0][0][0] + n_base;
 
     // Prologue: tiles 0 .. STAGES-2 in flight (group g = tile g), tile 0 visible, its k=0 fragments.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < num_tiles)
-            issue_tile(&As[s][0][0], &Bs[s][0][0], AT, B, ldt, N, K, s * BK, block_row, block_col,
-                       tid, b_vec);
+        if (s < num_tiles) issue_tile(s, s * BK);
         cp_async_commit();
     }
     cp_async_wait_stages();
     __syncthreads();
-    READ_FRAGMENTS(a_frag[0], b_frag[0], &As[0][0][0], &Bs[0][0][0], 0);
+    READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0, b_rd0, 0);
 
     int cur = 0;               // stage of tile t
     int fill = STAGES - 1;     // stage of tile t + STAGES - 1 (= stage of tile t-1)
     for (int t = 0; t < num_tiles; t++) {
         // 1. Tile t+STAGES-1 into the stage tile t-1 used (everyone passed B(t-1) since reading it).
-        if (t + STAGES - 1 < num_tiles)
-            issue_tile(&As[fill][0][0], &Bs[fill][0][0], AT, B, ldt, N, K, (t + STAGES - 1) * BK,
-                       block_row, block_col, tid, b_vec);
+        if (t + STAGES - 1 < num_tiles) issue_tile(fill, (t + STAGES - 1) * BK);
         cp_async_commit();
         const int next = cur + 1 == STAGES ? 0 : cur + 1;  // stage of tile t+1
+        const float* const a_rd = a_rd0 + cur * (BK * BM);
+        const float* const b_rd = b_rd0 + cur * (BK * BN);
 
         // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
 #pragma unroll
         for (int k = 0; k < BK - 1; k++) {
-            READ_FRAGMENTS(a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], &As[cur][0][0],
-                           &Bs[cur][0][0], k + 1);
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int j = 0; j < TN; j++)
-                    acc[i][j] = fmaf(a_frag[k % 2][i], b_frag[k % 2][j], acc[i][j]);
+            READ_FRAGMENTS(a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_rd, b_rd, k + 1);
+            FMA_STEP(a_frag[k % 2], b_frag[k % 2]);
         }
         // 3. Step BK-1: wait for tile t+1, barrier, its k=0 fragments into set 0.
         if (t + 1 < num_tiles) {  // uniform across the block
             cp_async_wait_stages();  // this thread's copies of tile t+1 have landed
             __syncthreads();         // B(t): everyone's have; the one barrier per tile
-            READ_FRAGMENTS(a_frag[0], b_frag[0], &As[next][0][0], &Bs[next][0][0], 0);
+            READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0 + next * (BK * BM), b_rd0 + next * (BK * BN), 0);
         }
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                acc[i][j] = fmaf(a_frag[(BK - 1) % 2][i], b_frag[(BK - 1) % 2][j], acc[i][j]);
+        FMA_STEP(a_frag[(BK - 1) % 2], b_frag[(BK - 1) % 2]);
         fill = cur;
         cur = next;
     }

@@ -24,6 +24,15 @@
 //    buffer; STAGES is accepted but ignored (always 2 stages). Tiles, local layout, loader
 //    mapping, fragment scheme and barrier placement are those of the CUDA source.
 //  - C is written as float4 rows of each 4x4 block.
+//  - A lean loader, as in the CUDA source: a work-item's chunks of a tile sit in one column,
+//    A_ROWS (B_ROWS) rows apart, and go to local float (tid + i*THREADS)*4, so the loads use
+//    one pointer per operand (set up once, advanced BK rows per tile) plus uniform row
+//    offsets, column guards fixed per work-item, and row guards (k < K) that only a ragged
+//    last tile needs (full tiles skip them). Far fewer integer instructions per tile beside
+//    the FMAs than recomputing rows, columns, guards and addresses for every chunk.
+//  - Grouped work-group order (GROUP): group (x, y) is renumbered so that consecutive
+//    work-groups walk down columns of GROUP tile rows, sharing A^T and B panels in L2
+//    (GROUP = 1 keeps the row-by-row order).
 //
 // Loop (one barrier per tile). Prologue: tile 0 -> stage 0, barrier, k = 0 fragments.
 // Iteration t (stage cur = t % 2):
@@ -36,8 +45,9 @@
 //  iteration t; tile t+1 is read only after B(t), which follows all its stores.
 //
 // Edges (any M, N, K >= 1): the pre-pass guards its reads and writes (pad columns M .. LDT-1
-// get zeros); the grid is rounded up to whole tiles. A^T chunks are float4 always (LDT % 4 == 0:
-// a chunk is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) reads
+// get zeros); the grid is rounded up to whole tiles (GROUP's renumbering is a permutation of
+// the grid, a short last group included). A^T chunks are float4 always (LDT % 4 == 0: a chunk
+// is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) reads
 // as zeros. B chunks are one float4 load when N % 4 == 0, else four guarded scalar loads,
 // zero outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars; rows
 // or columns outside C are skipped. These choices are uniform across the kernel, and every
@@ -67,6 +77,9 @@
 #ifndef STAGES
 #define STAGES 3  // local-memory tiles in the CUDA cp.async ring; ignored here (always 2)
 #endif
+#ifndef GROUP
+#define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
+#endif
 
 #define WARP 32                                 // work-items per warp (NVIDIA)
 #define WARPS_N (BN / WN)                       // warps along N
@@ -80,6 +93,8 @@
 #define B_F4 (BK * BN / 4)                      // float4 chunks in a B tile
 #define A_LOADS ((A_F4 + THREADS - 1) / THREADS)  // chunks of the A^T tile per work-item
 #define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per work-item
+#define A_ROWS (THREADS / (BM / 4))             // A^T tile rows between a work-item's chunks
+#define B_ROWS (THREADS / (BN / 4))             // B tile rows between a work-item's chunks
 
 // Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero.
 // A 32x32 tile of A goes through local memory so that the reads (along K) and the writes
@@ -108,10 +123,6 @@ void transpose_a(const int M, const int K, const __global float* A, __global flo
     }
 }
 
-// Where float4 chunk f (= tid + i*THREADS) of a tile goes: row-major, W/4 chunks per row of W.
-#define TILE_ROW(f, W) ((f) / ((W) / 4))
-#define TILE_COL(f, W) (((f) % ((W) / 4)) * 4)
-
 // Stores four consecutive elements (row, col..col+3) of C, skipping those outside it.
 inline void store4_guarded(__global float* X, const int row, const int col, const int rows,
                            const int cols, const int vec_ok, const float4 v) {
@@ -128,54 +139,48 @@ inline void store4_guarded(__global float* X, const int row, const int col, cons
     }
 }
 
-// Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside).
+// Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside), then
+// the pointers advance by BK rows. Chunk i of this work-item is i*A_ROWS (B_ROWS) rows below
+// its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch.
 #define LOAD_TILE(k0)                                                                             \
     do {                                                                                          \
-        const __global float* at_tile_ = AT + (size_t)(k0) * ldt;                                 \
+        const int full_ = (k0) + BK <= K;  /* uniform */                                          \
         _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
-            const int f_ = tid + i_ * THREADS;                                                    \
             a_st[i_] = (float4)(0.0f);                                                            \
-            if (A_F4 % THREADS == 0 || f_ < A_F4) {                                               \
-                const int r_ = TILE_ROW(f_, BM);                                                  \
-                const int c_ = TILE_COL(f_, BM);                                                  \
-                if ((k0) + r_ < K && block_row + c_ < ldt)                                        \
-                    a_st[i_] = *((const __global float4*)(at_tile_ + (size_t)r_ * ldt + block_row + c_)); \
-            }                                                                                     \
+            if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK)                                   \
+                if (a_in && (full_ || (k0) + a_r0 + i_ * A_ROWS < K))                             \
+                    a_st[i_] = *((const __global float4*)(a_src + i_ * a_rows));                  \
         }                                                                                         \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
-            const int f_ = tid + i_ * THREADS;                                                    \
             b_st[i_] = (float4)(0.0f);                                                            \
-            if (B_F4 % THREADS == 0 || f_ < B_F4) {                                               \
-                const int k_ = (k0) + TILE_ROW(f_, BN);                                           \
-                const int n_ = block_col + TILE_COL(f_, BN);                                      \
-                if (k_ < K) {                                                                     \
-                    const __global float* p_ = B + k_ * N + n_;                                   \
+            if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
+                if (full_ || (k0) + b_r0 + i_ * B_ROWS < K) {                                     \
+                    const __global float* p_ = b_src + i_ * b_rows;                               \
                     if (b_vec) {                                                                  \
-                        if (n_ < N) b_st[i_] = *((const __global float4*)p_);                     \
+                        if (b_c < N) b_st[i_] = *((const __global float4*)p_);                    \
                     } else {                                                                      \
-                        if (n_ < N) b_st[i_].x = p_[0];                                           \
-                        if (n_ + 1 < N) b_st[i_].y = p_[1];                                       \
-                        if (n_ + 2 < N) b_st[i_].z = p_[2];                                       \
-                        if (n_ + 3 < N) b_st[i_].w = p_[3];                                       \
+                        if (b_c < N) b_st[i_].x = p_[0];                                          \
+                        if (b_c + 1 < N) b_st[i_].y = p_[1];                                      \
+                        if (b_c + 2 < N) b_st[i_].z = p_[2];                                      \
+                        if (b_c + 3 < N) b_st[i_].w = p_[3];                                      \
                     }                                                                             \
                 }                                                                                 \
             }                                                                                     \
         }                                                                                         \
+        a_src += a_step;                                                                          \
+        b_src += b_step;                                                                          \
     } while (0)
 
-// Stores the staged tile into local stage s (float4 stores, the CUDA cp.async destinations).
+// Stores the staged tile into local stage s: chunk f = tid + i*THREADS at row f / (W/4), column
+// (f % (W/4))*4, i.e. float f*4 of the stage (the CUDA cp.async destinations).
 #define STORE_TILE(s)                                                                             \
     do {                                                                                          \
-        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
-            const int f_ = tid + i_ * THREADS;                                                    \
-            if (A_F4 % THREADS == 0 || f_ < A_F4)                                                 \
-                *((__local float4*)&As[s][TILE_ROW(f_, BM)][TILE_COL(f_, BM)]) = a_st[i_];        \
-        }                                                                                         \
-        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
-            const int f_ = tid + i_ * THREADS;                                                    \
-            if (B_F4 % THREADS == 0 || f_ < B_F4)                                                 \
-                *((__local float4*)&Bs[s][TILE_ROW(f_, BN)][TILE_COL(f_, BN)]) = b_st[i_];        \
-        }                                                                                         \
+        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                    \
+            if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK)                                   \
+                *((__local float4*)&As[s][a_r0 + i_ * A_ROWS][a_cl]) = a_st[i_];         \
+        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++)                                    \
+            if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK)                                   \
+                *((__local float4*)&Bs[s][b_r0 + i_ * B_ROWS][b_cl]) = b_st[i_];         \
     } while (0)
 
 // Reads the fragments of step k from local stage s into a_f[TM], b_f[TN]: float4 loads.
@@ -203,11 +208,47 @@ void matmul_9(const int M, const int N, const int K,
     // First row / column of this work-item's first 4x4 block, within the work-group tile.
     const int m_base = (warp / WARPS_N) * WM + (lane / LANES_N) * 4;
     const int n_base = (warp % WARPS_N) * WN + (lane % LANES_N) * 4;
-    const int block_row = get_group_id(1) * BM;
-    const int block_col = get_group_id(0) * BN;
+
+    // Work-group -> tile of C. GROUP > 1: work-groups are numbered down columns of GROUP tile
+    // rows, so those resident at once share A^T and B panels in L2 (GROUP = 1: row by row).
+#if GROUP == 1
+    const int tile_m = get_group_id(1);
+    const int tile_n = get_group_id(0);
+#else
+    int tile_m, tile_n;
+    {
+        const int pid = get_group_id(1) * get_num_groups(0) + get_group_id(0);
+        const int in_group = GROUP * get_num_groups(0);  // work-groups in a group of GROUP rows
+        const int first_m = (pid / in_group) * GROUP;
+        const int rows = min((int)get_num_groups(1) - first_m, GROUP);  // the last may be short
+        const int r = pid - (pid / in_group) * in_group;
+        tile_m = first_m + r % rows;
+        tile_n = r / rows;
+    }
+#endif
+    const int block_row = tile_m * BM;
+    const int block_col = tile_n * BN;
     const int ldt = (M + 3) & ~3;  // row length of AT
     const int b_vec = (N % 4) == 0;
     const int num_tiles = (K + BK - 1) / BK;
+
+    // Loader (as in the CUDA source): chunk i (f = tid + i*THREADS) of a tile is row f / (W/4),
+    // column (f % (W/4))*4: this work-item's column, i*A_ROWS (B_ROWS) rows further down. One
+    // pointer per operand, clamped to its row start when the column is outside, advances by BK
+    // rows per tile.
+    const int a_r0 = tid / (BM / 4);
+    const int a_cl = (tid % (BM / 4)) * 4;  // column within the tile
+    const int a_c = block_row + a_cl;
+    const int a_in = a_c < ldt;
+    const int b_r0 = tid / (BN / 4);
+    const int b_cl = (tid % (BN / 4)) * 4;
+    const int b_c = block_col + b_cl;
+    const __global float* a_src = AT + (size_t)a_r0 * ldt + (a_in ? a_c : 0);
+    const __global float* b_src = B + (size_t)b_r0 * N + (b_c < N ? b_c : 0);
+    const size_t a_step = (size_t)BK * ldt;
+    const size_t b_step = (size_t)BK * N;
+    const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
+    const size_t b_rows = (size_t)B_ROWS * N;
 
     float4 a_st[A_LOADS];  // the next tile, in flight from global memory
     float4 b_st[B_LOADS];
@@ -229,7 +270,7 @@ void matmul_9(const int M, const int N, const int K,
         const int cur = t & 1;
         const int has_next = t + 1 < num_tiles;  // uniform across the work-group
         // 1. Tile t+1 into registers; the loads complete while steps 0 .. BK-2 compute.
-        if (has_next) LOAD_TILE((t + 1) * BK);
+        if (has_next) LOAD_TILE((t + 1) * BK);  // advances a_src, b_src
 
         // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
 #pragma unroll
