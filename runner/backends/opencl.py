@@ -1,16 +1,10 @@
 """OpenCL through pyopencl: PoCL on any CPU, NVIDIA's or another vendor's driver on a GPU."""
 
 import logging
-import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-
-# NVIDIA's driver caches compiled kernels and prints no -cl-nv-verbose report on a cache hit:
-# without this, registers would go missing from every run after the first of a kernel.
-os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
-
-import pyopencl as cl  # noqa: E402
+import pyopencl as cl  # runner/__init__.py has turned NVIDIA's kernel cache off before this
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.backends.ptxas import parse_ptxas_report
