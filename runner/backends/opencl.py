@@ -1,6 +1,7 @@
 """OpenCL through pyopencl: PoCL on any CPU, NVIDIA's or another vendor's driver on a GPU."""
 
 import logging
+import warnings
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -124,7 +125,9 @@ class OpenCLBackend(Backend):
                 options.append(f"-cl-nv-maxrregcount={int(max_registers)}")
         program = cl.Program(self.context, source)
         try:
-            program.build(options=options, devices=[self.device])
+            with warnings.catch_warnings():  # the log is read and recorded below, not printed
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                program.build(options=options, devices=[self.device])
         except cl.RuntimeError as error:
             log_text = program.get_build_info(self.device, cl.program_build_info.LOG)
             first = next((line for line in log_text.splitlines() if "error" in line.lower()),
