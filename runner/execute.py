@@ -17,8 +17,6 @@ from runner.spec import KernelPlan
 from runner.timing import TimeStats, measure
 from runner.vendor import VendorResult, vendor_baseline
 
-SOURCE_SUFFIX = {"opencl": "cl", "cuda": "cu"}
-
 
 @dataclass
 class RunOutcome:
