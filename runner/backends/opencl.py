@@ -192,11 +192,13 @@ class OpenCLBackend(Backend):
             return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, tuple(local))
         except cl.Error as error:
             shape = "x".join(str(v) for v in local)
-            limit = kernel.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE,
-                                               self.device)
+            info = cl.kernel_work_group_info
+            limit = kernel.get_work_group_info(info.WORK_GROUP_SIZE, self.device)
+            local_bytes = kernel.get_work_group_info(info.LOCAL_MEM_SIZE, self.device)
             raise RunError(f"the OpenCL driver refused to launch {kernel.function_name} with a "
-                           f"{shape} work-group ({error}); "
-                           f"it reports at most {limit} work-items for this kernel") from None
+                           f"{shape} work-group ({error}); for this kernel it reports at most "
+                           f"{limit} work-items and {local_bytes} bytes of local memory, of the "
+                           f"{self._info.local_memory_bytes} the device has") from None
 
     def device_copy(self, dst: "cl.Buffer", src: "cl.Buffer", nbytes: int) -> "cl.Event":
         return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)

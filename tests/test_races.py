@@ -1,0 +1,58 @@
+"""Local-memory data races, found by the Oclgrind simulator: every kernel at a small odd size with
+several tiles in every dimension, at its defaults. Skipped where Oclgrind is not installed."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import KERNEL_NAMES
+
+TESTS = Path(__file__).parent
+
+
+def _oclgrind_installed() -> bool:
+    try:
+        import pyopencl as cl
+
+        return any("oclgrind" in p.name.lower() for p in cl.get_platforms())
+    except Exception:
+        return False
+
+
+pytestmark = pytest.mark.skipif(not _oclgrind_installed(),
+                                reason="needs Oclgrind: pip install 'pyopencl[oclgrind]'")
+
+
+def _simulate(name: str, size: str, *extra: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OCLGRIND_DATA_RACES": "1", "PYTHONPATH": str(TESTS)}
+    return subprocess.run([sys.executable, str(TESTS / "race_check.py"), name, size, *extra],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def _size(name: str) -> str:
+    # Several tiles along every dimension at the defaults, none of them full.
+    return "70x67x50" if name.startswith("matmul_") else "70x67x1"
+
+
+# Oclgrind offers 32 KiB of local memory; matmul_4's default tile needs 33 KiB.
+FITS_OCLGRIND = {"matmul_4": ["kernel.params.TS=32"]}
+
+
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_no_data_races_and_correct_under_oclgrind(name):
+    done = _simulate(name, _size(name), *FITS_OCLGRIND.get(name, []))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "passed=True" in done.stdout
+    assert "race" not in done.stderr.lower(), done.stderr
+    assert "invalid" not in done.stderr.lower(), done.stderr
+
+
+def test_a_missing_barrier_is_reported(tmp_path):
+    """The check can fail: drop matmul_2's second barrier (the one before the tiles are
+    overwritten) and Oclgrind reports the race."""
+    done = _simulate("matmul_2", "70x67x50", "--drop-barrier", "1",
+                     "--scratch", str(tmp_path / "matmul_2.cl"))
+    assert "race" in done.stderr.lower(), done.stdout + done.stderr
