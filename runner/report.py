@@ -159,6 +159,7 @@ def plot(experiment: str, table: dict, path: Path) -> None:
     for ax, ((backend, device), cells) in zip(axes[0], panels):
         series = defaultdict(list)
         vendor = {}
+        vendor_name = "vendor"
         is_gemm = True
         for (kernel, size), run in cells.items():
             is_gemm = run.data.tags.get("gemmlab.operation") == "sgemm"
@@ -169,14 +170,17 @@ def plot(experiment: str, table: dict, path: Path) -> None:
             vkey = "vendor/gflops" if is_gemm else "vendor/gbps"
             if m.get(vkey):
                 vendor.setdefault(n, []).append(m[vkey])
+                vendor_name = run.data.tags.get("vendor.name", vendor_name)
         for kernel in sorted(series, key=_step_key):
             points = sorted(p for p in series[kernel] if p[1] is not None)
             ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=kernel)
         if vendor:
             xs = sorted(vendor)
-            ax.plot(xs, [max(vendor[x]) for x in xs], "k--", linewidth=2, label="vendor")
+            # The baseline ran once per kernel run: its median over those runs, per size.
+            ax.plot(xs, [sorted(vendor[x])[len(vendor[x]) // 2] for x in xs], "k--",
+                    linewidth=2, label=vendor_name)
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("M = N (= K)")
+        ax.set_xlabel("M = N = K" if is_gemm else "M = N")
         ax.set_ylabel("GFLOPS" if is_gemm else "GB/s")
         ax.set_title(f"{experiment}: {backend} on {device}")
         ax.grid(True, alpha=0.3)
