@@ -98,8 +98,9 @@ def render_markdown(experiment: str, uri: str, table: dict, failed: list[str]) -
                   f"- platform: {tags.get('device.platform', '?')}",
                   f"- vendor baseline: {tags.get('vendor.name', 'none')}",
                   f"- date (UTC): {started:%Y-%m-%d %H:%M}",
-                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit "
-                  f"{tags.get('gemmlab.git_commit', '?')}",
+                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit(s) "
+                  + ", ".join(sorted({r.data.tags.get("gemmlab.git_commit", "?")
+                                      for r in cells.values()})),
                   "- command(s):", *[f"  - `{c}`" for c in commands], ""]
         is_gemm = tags.get("gemmlab.operation") == "sgemm"
         rate = "GFLOPS" if is_gemm else "GB/s"

@@ -32,7 +32,9 @@
 //    spills (LOAD_SPLIT = 1 spills 44 bytes there). Writing the other stage mid-tile is as
 //    safe as at its end (see below). At BK = 8 the split only saves 2 registers.
 //  Each thread computes a TM x TN block of C (TM contiguous rows, TN contiguous columns),
-//  BM x BN per block (the article's bm=bn=128, bk=8, rm=rn=8 with 256 threads).
+//  BM x BN per block (the article's bm=bn=128, rm=rn=8 with 256 threads; its bk=8 stays an
+//  allowed value, but on an H200 at 4096 BK=16 with LOAD_SPLIT=2 measured 41.5 TFLOPS in CUDA
+//  against 40.5 for BK=8, so BK=16 is the default).
 // Edges: k beyond K reads zero (adds nothing); rows of A beyond M and columns of B beyond N
 //  read clamped in-bounds data that only reaches unstored results; stores outside C are
 //  skipped. Global loads are float4 only when the row stride keeps them 16-byte aligned
@@ -59,7 +61,7 @@
 #define BN 128  // columns of C per block
 #endif
 #ifndef BK
-#define BK 8    // depth of the A and B tiles staged in shared memory per step
+#define BK 16   // depth of the A and B tiles staged in shared memory per step
 #endif
 #ifndef TM
 #define TM 8    // rows of C per thread (contiguous)
@@ -68,7 +70,7 @@
 #define TN 8    // columns of C per thread (contiguous)
 #endif
 #ifndef LOAD_SPLIT
-#define LOAD_SPLIT 1  // parts the next tile's global loads are issued and stored in (1 or 2)
+#define LOAD_SPLIT 2  // parts the next tile's global loads are issued and stored in (1 or 2)
 #endif
 
 #define THREADS_N (BN / TN)                     // threads along N (dimension 0)
