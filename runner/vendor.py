@@ -36,7 +36,7 @@ def _cuda_device_for(backend: Backend) -> Optional[int]:
         return None
     import cupy
 
-    wanted = getattr(info, "pci_bus_id", None)
+    wanted = info.pci_bus_id
     for device_id in range(gpu_count()):
         if wanted is None or cupy.cuda.runtime.getDeviceProperties(device_id)["pciBusID"] == wanted:
             return device_id
