@@ -17,3 +17,9 @@ except PackageNotFoundError:  # a checkout on PYTHONPATH that was never installe
 # on a cache hit, so registers and spills would go missing from every build of a kernel but the
 # first. The driver reads this once, when it initialises, so it is set as early as possible.
 os.environ.setdefault("CUDA_CACHE_DISABLE", "1")
+
+# For the same reason (the OpenCL loader reads its vendors once), Intel's pip-installed CPU
+# runtime is registered here, before anything can ask pyopencl for platforms.
+from runner.backends.cpu_runtimes import register_pip_cpu_runtimes  # noqa: E402
+
+register_pip_cpu_runtimes()

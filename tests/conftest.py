@@ -1,4 +1,4 @@
-"""Shared fixtures: composing configs as the CLI does, the PoCL device, GPU markers."""
+"""Shared fixtures: composing configs as the CLI does, the CPU's OpenCL device, GPU markers."""
 
 import itertools
 from pathlib import Path
@@ -64,11 +64,12 @@ def all_param_combinations(name: str):
 
 
 @pytest.fixture(scope="session")
-def pocl_backend():
-    """The CPU through PoCL: what CI has."""
+def cpu_backend():
+    """The CPU through OpenCL, what CI has: PoCL, or Intel's CPU runtime where PoCL's LLVM
+    does not know the CPU (the runner's own choice for backend.device_type=cpu)."""
     from runner.backends.opencl import OpenCLBackend
 
-    return OpenCLBackend(platform="Portable Computing Language", device_type="cpu")
+    return OpenCLBackend(device_type="cpu")
 
 
 def _cuda_gpu() -> bool:

@@ -1,4 +1,4 @@
-"""Every kernel, through PoCL on the CPU: correct at small and odd sizes, several parameters."""
+"""Every kernel, through OpenCL on the CPU: correct at small and odd sizes, several parameters."""
 
 import pytest
 
@@ -26,22 +26,22 @@ def _ids(values):
 
 @pytest.mark.parametrize("name,params", [(n, p) for n in SGEMM_KERNELS for p in variant_params(n)],
                          ids=lambda v: _ids(v) if isinstance(v, dict) else v)
-def test_sgemm_kernel_matches_float64(pocl_backend, name, params):
+def test_sgemm_kernel_matches_float64(cpu_backend, name, params):
     for size in SGEMM_SIZES:
-        result = _run(pocl_backend, name, params, size)
+        result = _run(cpu_backend, name, params, size)
         assert result.passed, f"{name} {params} at {size}: {result.detail}"
         assert result.rel_error < 1e-5
 
 
 @pytest.mark.parametrize("name,params", [(n, p) for n in MOVE_KERNELS for p in variant_params(n)],
                          ids=lambda v: _ids(v) if isinstance(v, dict) else v)
-def test_copy_and_transpose_kernels_are_bit_exact(pocl_backend, name, params):
+def test_copy_and_transpose_kernels_are_bit_exact(cpu_backend, name, params):
     for size in MOVE_SIZES:
-        result = _run(pocl_backend, name, params, size)
+        result = _run(cpu_backend, name, params, size)
         assert result.passed, f"{name} {params} at {size}: {result.detail}"
 
 
-def test_a_kernel_that_skips_elements_is_caught(pocl_backend, tmp_path, monkeypatch):
+def test_a_kernel_that_skips_elements_is_caught(cpu_backend, tmp_path, monkeypatch):
     """The poisoned output catches an element the kernel never wrote."""
     import runner.execute
 
@@ -50,6 +50,6 @@ def test_a_kernel_that_skips_elements_is_caught(pocl_backend, tmp_path, monkeypa
                       .replace("if (row >= M || col >= N) return;",
                                "if (row >= M || col >= N || (row == 3 && col == 5)) return;"))
     monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name: broken)
-    result = _run(pocl_backend, "matmul_1", {"TS": 16}, (17, 33, 9))
+    result = _run(cpu_backend, "matmul_1", {"TS": 16}, (17, 33, 9))
     assert not result.passed
     assert "[3, 5]" in result.detail

@@ -46,7 +46,7 @@ def test_a_run_is_recorded_with_everything(store):
     assert metrics["perf/gflops"] == pytest.approx(2 * 96 * 80 * 40 / metrics["time_ms/median"]
                                                    / 1e6)
     assert metrics["kernel/shared_bytes"] == 2 * 8 * 8 * 4
-    assert "kernel/registers" not in metrics, "PoCL cannot tell registers: absent, not zero"
+    assert "kernel/registers" not in metrics, "CPU drivers cannot tell registers: absent, not zero"
     assert tags["device.type"] == "cpu" and tags["device.name"]
     assert tags["device.driver"] and tags["device.platform"]
     assert tags["gemmlab.runner_version"]

@@ -1,11 +1,11 @@
-"""OpenCL through pyopencl: PoCL on any CPU, NVIDIA's or another vendor's driver on a GPU."""
+"""OpenCL through pyopencl: PoCL (or Intel's CPU runtime) on a CPU, a vendor's driver on a GPU."""
 
 import logging
 import warnings
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-import pyopencl as cl  # runner/__init__.py has turned NVIDIA's kernel cache off before this
+import pyopencl as cl  # runner/__init__.py has set up the drivers' environment before this
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.backends.ptxas import parse_ptxas_report
@@ -42,6 +42,44 @@ def _is_simulator(device: "cl.Device") -> bool:
     return "oclgrind" in device.platform.name.lower()
 
 
+_PROBE_SOURCE = "__kernel void probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
+_build_failures: dict[int, Optional[str]] = {}
+
+
+def build_failure(device: "cl.Device") -> Optional[str]:
+    """Why the device's compiler cannot build a trivial kernel, or None when it can (cached)."""
+    key = device.int_ptr
+    if key not in _build_failures:
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                cl.Program(cl.Context([device]), _PROBE_SOURCE).build(devices=[device])
+            _build_failures[key] = None
+        except cl.Error as error:
+            lines = [line.strip() for line in str(error).splitlines() if "error" in line.lower()]
+            _build_failures[key] = (lines[-1] if lines else str(error).splitlines()[0])[:200]
+    return _build_failures[key]
+
+
+def _working_cpu(candidates: list) -> tuple[Optional["cl.Device"], list[str]]:
+    """The first CPU device whose compiler works, PoCL first; and why the others were passed."""
+    cpus = sorted((d for d in candidates if _type_name(d) == "cpu"),
+                  key=lambda d: "portable computing language" not in d.platform.name.lower())
+    passed = []
+    for d in cpus:
+        failure = build_failure(d)
+        if failure is None:
+            return d, passed
+        passed.append(f"{d.platform.name.strip()} cannot build kernels here ({failure})")
+    return None, passed
+
+
+def _no_working_cpu(passed: list[str]) -> RunError:
+    return RunError("OpenCL: no CPU device can build kernels: " + "; ".join(passed) +
+                    ". PoCL from pip (LLVM 14) cannot target CPUs newer than LLVM 14 knows; "
+                    "Intel's CPU runtime can: pip install intel-opencl-rt intel-cmplr-lib-rt")
+
+
 def select_device(platform: Optional[str], device: Optional[str],
                   device_type: str) -> tuple["cl.Device", str]:
     """The device the config asks for, and a sentence saying which one it is and why."""
@@ -70,11 +108,22 @@ def select_device(platform: Optional[str], device: Optional[str],
         gpus = [d for d in candidates if _type_name(d) == "gpu"]
         if gpus:
             return gpus[0], "a GPU (the default picks a GPU when there is one)"
-        return candidates[0], "no GPU found, so the first device (the CPU through PoCL if installed)"
+        cpu, passed = _working_cpu(candidates)
+        if cpu is not None:
+            return cpu, "no GPU found, so a CPU (PoCL first)" + (
+                f"; {'; '.join(passed)}" if passed else "")
+        if passed:
+            raise _no_working_cpu(passed)
+        return candidates[0], "no GPU or CPU found, so the first device"
     typed = [d for d in candidates if _type_name(d) == device_type]
     if not typed:
         shown = ", ".join(f"{d.name} ({_type_name(d)})" for d in candidates)
         raise RunError(f"OpenCL: backend.device_type={device_type} matches none of: {shown}")
+    if device_type == "cpu":
+        cpu, passed = _working_cpu(typed)
+        if cpu is None:
+            raise _no_working_cpu(passed)
+        return cpu, "backend.device_type=cpu" + (f"; {'; '.join(passed)}" if passed else "")
     return typed[0], f"backend.device_type={device_type}"
 
 
