@@ -9,38 +9,36 @@ import sys
 from typing import Optional
 
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from runner.backends import make_backend
-from runner.errors import RunError
+from runner.errors import Refused, RunError
 from runner.execute import execute
 from runner.paths import CONF_DIR
+from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
 from runner.schema import register_configs
 from runner.spec import ProblemSize, plan_kernel
-from runner.summary import print_failure, print_summary
-from runner.tracking import Recorder, flat_config
+from runner.summary import print_cached, print_failure, print_summary
+from runner.sweep import current_parent_run_id, in_sweep
+from runner.tracking import Recorder, comparable_params
 
 log = logging.getLogger("runner")
 
 register_configs()
 
 
-def _in_sweep() -> bool:
-    try:
-        return HydraConfig.get().mode == RunMode.MULTIRUN
-    except ValueError:  # called outside Hydra (tests)
-        return False
+def _rate(metrics: dict) -> Optional[float]:
+    return metrics.get("perf/gflops") or metrics.get("bw/gbps")
 
 
 def run(cfg: DictConfig) -> Optional[float]:
     """One recorded run. Returns the median GFLOPS (GB/s for copies), None when it failed."""
     size = ProblemSize(cfg.m, cfg.n, cfg.k)
     backend_name = cfg.backend.name
+    parent_run_id = current_parent_run_id()
     try:
         recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
-                                          f"{size.label(cfg.kernel.operation)}")
+                                          f"{size.label(cfg.kernel.operation)}", parent_run_id)
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
         print_failure(f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: "
                       f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
@@ -49,10 +47,9 @@ def run(cfg: DictConfig) -> Optional[float]:
     where = (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
              f"in {recorder.uri}")
     try:
-        params = flat_config(cfg)
-        params.update({"M": size.M, "N": size.N, "K": size.K, "dtype": "float32"})
-        recorder.params(params)
+        recorder.params(comparable_params(cfg))
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
+        recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
         recorder.tags({"gemmlab.kernel": cfg.kernel.name, "gemmlab.backend": backend_name,
                        "gemmlab.operation": cfg.kernel.operation.value})
         plan = plan_kernel(cfg.kernel, size)
@@ -61,7 +58,21 @@ def run(cfg: DictConfig) -> Optional[float]:
         if selection:
             log.info("OpenCL device: %s on %s: %s", backend.device_info().name,
                      backend.device_info().platform, selection)
+        key = measurement_key(cfg, backend, plan)
+        if key:
+            recorder.tags({KEY_TAG: key})
+        if key and parent_run_id and not cfg.get("rerun", False):
+            earlier = find_measurement(recorder.experiment_id, key, recorder.run_id)
+            if earlier is not None:
+                metrics = reuse(recorder, earlier)
+                recorder.finish(status="cached")
+                print_cached(plan, backend_name, metrics, earlier.info.run_id, where)
+                return _rate(metrics)
         outcome = execute(cfg, backend, plan, recorder)
+    except Refused as error:
+        recorder.finish(str(error), status="refused")
+        print_failure(str(error), where)
+        return None
     except RunError as error:
         recorder.finish(str(error))
         print_failure(str(error), where)
@@ -71,13 +82,12 @@ def run(cfg: DictConfig) -> Optional[float]:
         raise
     recorder.finish()
     print_summary(outcome, backend_name, where)
-    metrics = outcome.metrics
-    return metrics.get("perf/gflops") or metrics.get("bw/gbps")
+    return _rate(outcome.metrics)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> Optional[float]:
     result = run(cfg)
-    if result is None and not _in_sweep():
+    if result is None and not in_sweep():
         sys.exit(1)
     return result

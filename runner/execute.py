@@ -65,6 +65,20 @@ class PreparedRun:
     enqueue: Callable[[], list]
 
 
+_programs: dict[tuple, CompiledProgram] = {}
+
+
+def compile_once(backend: Backend, source: str, file_name: str, entries: list[str],
+                 defines: dict[str, int], max_registers) -> CompiledProgram:
+    """Compile a source with its defines once per backend and process (a sweep's jobs that
+    differ only in size, or a re-run, reuse the program, its log and its resource report)."""
+    key = (id(backend), source, file_name, tuple(entries), tuple(sorted(defines.items())),
+           max_registers)
+    if key not in _programs:
+        _programs[key] = backend.compile(source, file_name, entries, defines, max_registers)
+    return _programs[key]
+
+
 def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem) -> PreparedRun:
     """Compile the plan's source with its defines, upload the inputs, allocate the rest."""
     file_name = getattr(sources_cfg, backend.name)
@@ -72,7 +86,8 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem) -
     if not path.is_file():
         raise RunError(f"{plan.name}: source {path} does not exist")
     source = path.read_text()
-    program = backend.compile(source, file_name, plan.entries, plan.defines, plan.max_registers)
+    program = compile_once(backend, source, file_name, plan.entries, plan.defines,
+                           plan.max_registers)
     artifact = source_with_defines(source, program.options, plan.defines)
     if program.kernels and all(kernel is None for kernel in program.kernels.values()):
         return PreparedRun(file_name, artifact, program, {}, lambda: [])  # compile-only

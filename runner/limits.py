@@ -3,7 +3,7 @@
 from typing import Mapping
 
 from runner.backends.base import DeviceInfo, KernelResources
-from runner.errors import RunError
+from runner.errors import Refused, RunError
 from runner.spec import KernelPlan
 
 
@@ -16,12 +16,12 @@ def check_launch_limits(plan: KernelPlan, device: DeviceInfo) -> None:
     for launch in plan.launches:
         shape = "x".join(str(v) for v in launch.local)
         if launch.work_group_size > device.max_work_group_size:
-            raise RunError(f"{plan.name}: work-group {shape} = {launch.work_group_size} "
+            raise Refused(f"{plan.name}: work-group {shape} = {launch.work_group_size} "
                            f"work-items exceeds the {device.max_work_group_size} that "
                            f"{device.name} allows")
         for dim, (extent, limit) in enumerate(zip(launch.local, device.max_work_item_sizes)):
             if extent > limit:
-                raise RunError(f"{plan.name}: work-group {shape} is {extent} in dimension {dim}, "
+                raise Refused(f"{plan.name}: work-group {shape} is {extent} in dimension {dim}, "
                                f"over the {limit} that {device.name} allows there")
 
 
@@ -31,12 +31,12 @@ def check_memory(plan: KernelPlan, device: DeviceInfo, buffer_floats: Mapping[st
     total = sum(sizes.values())
     shown = ", ".join(f"{name} {_gb(n)}" for name, n in sizes.items())
     if total > device.global_memory_bytes:
-        raise RunError(f"{plan.name} at {plan.size.label(plan.operation)} needs {_gb(total)} of "
+        raise Refused(f"{plan.name} at {plan.size.label(plan.operation)} needs {_gb(total)} of "
                        f"device memory ({shown}) but {device.name} has "
                        f"{_gb(device.global_memory_bytes)}")
     for name, nbytes in sizes.items():
         if nbytes > device.max_alloc_bytes:
-            raise RunError(f"{plan.name}: buffer {name} needs {_gb(nbytes)} but {device.name} "
+            raise Refused(f"{plan.name}: buffer {name} needs {_gb(nbytes)} but {device.name} "
                            f"allocates at most {_gb(device.max_alloc_bytes)} in one buffer")
 
 
@@ -49,7 +49,7 @@ def check_kernel_limits(plan: KernelPlan, device: DeviceInfo,
             continue
         if used.local_memory_bytes is not None and \
                 used.local_memory_bytes > device.local_memory_bytes:
-            raise RunError(f"{plan.name}: {launch.entry} uses {used.local_memory_bytes} bytes of "
+            raise Refused(f"{plan.name}: {launch.entry} uses {used.local_memory_bytes} bytes of "
                            f"local/shared memory per work-group, over the "
                            f"{device.local_memory_bytes} that {device.name} allows")
         # The per-kernel work-group limit is left to the driver: NVIDIA's OpenCL reports 256

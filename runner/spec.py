@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from runner.errors import RunError
+from runner.errors import Refused, RunError
 from runner.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
 from runner.schema import Operation
 
@@ -81,20 +81,20 @@ def check_sizes(operation: Operation, size: ProblemSize) -> None:
     for name in used:
         value = getattr(size, name)
         if value < 1:
-            raise RunError(f"{name}={value} is not a valid size: every size must be >= 1")
+            raise Refused(f"{name}={value} is not a valid size: every size must be >= 1")
     pairs = [("M*K", size.M * size.K), ("K*N", size.K * size.N), ("M*N", size.M * size.N)]
     if operation is not Operation.sgemm:
         pairs = pairs[2:]
     for label, elements in pairs:
         if elements > INT32_MAX:
-            raise RunError(f"{label}={elements} elements is too large: the kernels index "
+            raise Refused(f"{label}={elements} elements is too large: the kernels index "
                            f"with 32-bit ints (at most {INT32_MAX})")
 
 
 def check_params(name: str, params: Mapping[str, int], allowed: Mapping[str, list]) -> None:
     for macro in params:
         if not MACRO_NAME.match(macro):
-            raise RunError(f"{name}: parameter name {macro!r} is not an upper-case macro name")
+            raise Refused(f"{name}: parameter name {macro!r} is not an upper-case macro name")
         if macro not in allowed:
             raise RunError(f"{name}: parameter {macro} has no list of allowed values in its spec")
     for macro, values in allowed.items():
@@ -102,10 +102,10 @@ def check_params(name: str, params: Mapping[str, int], allowed: Mapping[str, lis
             raise RunError(f"{name}: parameter {macro} has allowed values but no value")
         value = params[macro]
         if isinstance(value, bool) or not isinstance(value, int):
-            raise RunError(f"{name}: {macro}={value!r} is not an integer")
+            raise Refused(f"{name}: {macro}={value!r} is not an integer")
         if value not in values:
             shown = ", ".join(str(v) for v in values)
-            raise RunError(f"{name}: {macro}={value} is not an allowed value (allowed: {shown})")
+            raise Refused(f"{name}: {macro}={value} is not an allowed value (allowed: {shown})")
 
 
 def check_constraints(name: str, constraints, names: Mapping[str, int]) -> None:
@@ -118,7 +118,7 @@ def check_constraints(name: str, constraints, names: Mapping[str, int]) -> None:
             raise RunError(f"{name}: bad constraint: {error}") from None
         if not holds:
             shown = ", ".join(f"{k}={v}" for k, v in names.items())
-            raise RunError(f"{name}: constraint `{constraint.rule}` fails ({shown}): "
+            raise Refused(f"{name}: constraint `{constraint.rule}` fails ({shown}): "
                            f"{constraint.reason}")
 
 
@@ -167,6 +167,6 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         raise RunError(f"{name}: the spec lists no launches")
     max_registers = kernel_cfg.get("max_registers")
     if max_registers is not None and not 16 <= max_registers <= 255:
-        raise RunError(f"{name}: max_registers={max_registers} must be within 16..255")
+        raise Refused(f"{name}: max_registers={max_registers} must be within 16..255")
     return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
                       max_registers)

@@ -39,3 +39,16 @@ def print_failure(reason: str, where: str | None) -> None:
     error_console.print(f"[bold red]gemmlab: error:[/] {reason}")
     if where:
         error_console.print(f"  recorded as FAILED: {where}")
+
+
+def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, where: str) -> None:
+    """A sweep point measured before: its earlier result, and how to measure it again."""
+    size = plan.size.label(plan.operation)
+    if metrics.get("perf/gflops") is not None:
+        rate = f"{metrics['perf/gflops']:,.1f} GFLOPS"
+    else:
+        rate = f"{_number(metrics.get('bw/gbps'), ',.1f')} GB/s"
+    console.print(f"[bold]{plan.name}[/] · {backend_name} · {size} · [bold]{rate}[/] · "
+                  f"cached: measured in run {earlier_run_id[:8]}… with the same source, "
+                  f"parameters, size, device and driver (+rerun=true measures again)")
+    console.print(f"  recorded: {where}")

@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from runner import progress as progress_bars
 
 
 @dataclass(frozen=True)
@@ -30,12 +30,8 @@ def measure(time_once_ms: Callable[[], float], warmup: int, repeats: int,
     """Run `warmup` untimed samples, then return `repeats` timed ones (milliseconds)."""
     if repeats < 1:
         raise ValueError("timing.repeats must be >= 1")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
     samples = []
-    with Progress(*columns, transient=True) as progress:
-        progress.disable = not progress.console.is_terminal  # no bar in logs and pipes
-        task = progress.add_task(label, total=warmup + repeats)
+    with progress_bars.task(label, warmup + repeats) as (progress, task):
         for _ in range(max(0, warmup)):
             time_once_ms()
             progress.advance(task)

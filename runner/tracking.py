@@ -1,17 +1,22 @@
 """MLflow recording of one run: params, metrics, tags, artifacts, and FAILED with a reason."""
 
+import functools
+import hashlib
 import json
 import logging
 import os
 import subprocess
 import sys
+import tempfile
+import time
+from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from runner import __version__
 from runner.paths import REPO_ROOT
-
+from runner.store import ensure_store
 
 
 def _quiet_mlflow() -> None:
@@ -39,6 +44,35 @@ def flat_config(cfg: DictConfig) -> dict[str, str]:
     return flatten(container)
 
 
+def spec_hash(kernel_cfg: DictConfig) -> str:
+    """A short hash of the kernel's spec (allowed values, constraints, launches, edges, work)."""
+    spec = OmegaConf.to_container(kernel_cfg, resolve=True, enum_to_str=True)
+    spec.pop("params", None)  # the values are params of their own; the hash is of the rules
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def comparable_params(cfg: DictConfig) -> dict[str, str]:
+    """The knobs a person compares: backend, kernel, each tiling value, sizes, seed, timing.
+
+    The kernel's spec (allowed values, constraints, launches, summary, edges) is not here: it is
+    one artifact (kernel_spec.yaml) and the param `kernel.spec_hash`, so that the compare view
+    of two runs fits one screen.
+    """
+    params = flatten(OmegaConf.to_container(cfg.backend, resolve=True, enum_to_str=True),
+                     "backend.")
+    params["kernel.name"] = cfg.kernel.name
+    params.update(flatten(OmegaConf.to_container(cfg.kernel.params, resolve=True),
+                          "kernel.params."))
+    params["kernel.max_registers"] = "" if cfg.kernel.max_registers is None \
+        else str(cfg.kernel.max_registers)
+    params["kernel.spec_hash"] = spec_hash(cfg.kernel)
+    params.update({"M": str(cfg.m), "N": str(cfg.n), "K": str(cfg.k), "dtype": "float32",
+                   "seed": str(cfg.seed), "timing.warmup": str(cfg.timing.warmup),
+                   "timing.repeats": str(cfg.timing.repeats),
+                   "check.tolerance": str(cfg.check.tolerance)})
+    return params
+
+
 def git_commit() -> Optional[str]:
     """The checkout's commit ("-dirty" with uncommitted changes to tracked files).
 
@@ -58,45 +92,83 @@ def git_commit() -> Optional[str]:
 
 
 class Recorder:
-    """One MLflow run, opened at the start so that every outcome, failures too, is recorded."""
+    """One MLflow run, opened at the start so that every outcome, failures too, is recorded.
 
-    def __init__(self, tracking_cfg, run_name: str):
+    Inside a sweep the run is a child of the sweep's parent run (MLflow's `mlflow.parentRunId`).
+    Params go out at once; metrics, tags and artifacts are gathered and written together by
+    `finish()`, which every outcome reaches (failures and interrupts included): a handful of
+    store transactions per run instead of one per value, which is most of a sweep job's cost.
+    """
+
+    def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None):
         import mlflow
 
         _quiet_mlflow()
+        ensure_store(tracking_cfg.uri)
         self._mlflow = mlflow
         mlflow.set_tracking_uri(tracking_cfg.uri)
         mlflow.set_experiment(tracking_cfg.experiment)
-        self.run = mlflow.start_run(run_name=run_name)
+        tags = provenance_tags()
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        self.run = mlflow.start_run(run_name=run_name, tags=tags)
         self.run_id = self.run.info.run_id
         self.experiment_id = self.run.info.experiment_id
         self.uri = tracking_cfg.uri
-        tags = {"gemmlab.runner_version": __version__,
-                # The command as typed (for a sweep, the sweep's command): pages quote it.
-                "gemmlab.command": "python -m runner " + " ".join(sys.argv[1:])}
-        commit = git_commit()
-        if commit:
-            tags["gemmlab.git_commit"] = commit
-        self.tags(tags)
+        self._tags: dict[str, str] = {}
+        self._metrics: dict[str, float] = {}
+        self._texts: dict[str, str] = {}
 
     def params(self, params: Mapping[str, Any]) -> None:
         self._mlflow.log_params({k: str(v) for k, v in params.items()})
 
     def tags(self, tags: Mapping[str, Any]) -> None:
-        self._mlflow.set_tags({k: str(v) for k, v in tags.items() if v is not None})
+        self._tags.update({k: str(v) for k, v in tags.items() if v is not None})
 
     def metrics(self, metrics: Mapping[str, Optional[float]]) -> None:
-        present = {k: float(v) for k, v in metrics.items() if v is not None}
-        if present:
-            self._mlflow.log_metrics(present)
+        self._metrics.update({k: float(v) for k, v in metrics.items() if v is not None})
 
     def text(self, text: str, artifact_path: str) -> None:
-        self._mlflow.log_text(text, artifact_path)
+        self._texts[artifact_path] = text
 
-    def finish(self, failure: Optional[str] = None) -> None:
+    def _flush(self) -> None:
+        from mlflow.entities import Metric, RunTag
+
+        now = int(time.time() * 1000)
+        self._mlflow.MlflowClient().log_batch(
+            self.run_id, metrics=[Metric(k, v, now, 0) for k, v in self._metrics.items()],
+            tags=[RunTag(k, v) for k, v in self._tags.items()])
+        if self._texts:
+            with tempfile.TemporaryDirectory() as folder:
+                for artifact_path, text in self._texts.items():
+                    target = Path(folder, artifact_path)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_text(text)
+                self._mlflow.log_artifacts(folder)
+
+    def finish(self, failure: Optional[str] = None, status: Optional[str] = None) -> None:
+        """FINISHED (status `ok`, or `cached` for a reused measurement), or FAILED with the
+        reason (status `failed`, or `refused` for a configuration refused before compiling)."""
         if failure is None:
-            self.tags({"gemmlab.status": "ok"})
-            self._mlflow.end_run(status="FINISHED")
+            self.tags({"gemmlab.status": status or "ok"})
         else:
-            self.tags({"gemmlab.status": "failed", "failure_reason": failure})
-            self._mlflow.end_run(status="FAILED")
+            self.tags({"gemmlab.status": status or "failed", "failure_reason": failure})
+        try:
+            self._flush()
+        finally:
+            self._mlflow.end_run(status="FINISHED" if failure is None else "FAILED")
+
+
+@functools.lru_cache(maxsize=1)
+def _commit_of_this_process() -> Optional[str]:
+    return git_commit()
+
+
+def provenance_tags() -> dict[str, str]:
+    """Runner version, commit and the command as typed (for a sweep, the sweep's command)."""
+    tags = {"gemmlab.runner_version": __version__,
+            "gemmlab.command": "python -m runner " + " ".join(sys.argv[1:])}
+    commit = _commit_of_this_process()
+    if commit:
+        tags["gemmlab.git_commit"] = commit
+    return tags

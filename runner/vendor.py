@@ -78,8 +78,25 @@ def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup: int,
     return measure(once, warmup, repeats, "numpy SGEMM"), out
 
 
+_measured: dict[tuple, Optional[VendorResult]] = {}
+
+
 def vendor_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
                     timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
+    """The baseline for this problem, measured once per backend, size, seed and settings in a
+    process: the jobs of a sweep that share a size share one measurement of the library."""
+    shape = tuple(array.shape for array in problem.inputs.values())
+    key = (id(backend), operation, shape, seed, timing_cfg.warmup, timing_cfg.repeats,
+           check_cfg.tolerance, check_cfg.full_reference_max_macs, check_cfg.sample_rows,
+           check_cfg.sample_cols)
+    if key not in _measured:
+        _measured[key] = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
+                                           check_cfg, seed)
+    return _measured[key]
+
+
+def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
+                      timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
     warmup, repeats = timing_cfg.warmup, timing_cfg.repeats
     if operation is not Operation.sgemm:
         nbytes = problem.inputs["src"].nbytes

@@ -1,12 +1,29 @@
 """Backends, imported lazily: the OpenCL path never imports CuPy and the CUDA path never pyopencl."""
 
+import json
+
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 
 BACKEND_NAMES = ("opencl", "cuda")
 
 
+_made: dict[str, Backend] = {}
+
+
 def make_backend(backend_cfg) -> Backend:
-    """The backend a composed `backend:` config asks for."""
+    """The backend a composed `backend:` config asks for, made once per process: the jobs of a
+    sweep run in one process share its device context, compiled programs and baselines."""
+    from omegaconf import OmegaConf
+
+    key = json.dumps(OmegaConf.to_container(backend_cfg, resolve=True, enum_to_str=True)
+                     if OmegaConf.is_config(backend_cfg) else vars(backend_cfg),
+                     sort_keys=True, default=str)
+    if key not in _made:
+        _made[key] = _new_backend(backend_cfg)
+    return _made[key]
+
+
+def _new_backend(backend_cfg) -> Backend:
     if backend_cfg.name == "opencl":
         from runner.backends.opencl import OpenCLBackend
 

@@ -1,0 +1,66 @@
+"""Resume and cache: a sweep skips points already measured, found in MLflow by a measurement key.
+
+Two runs measure the same thing when they share the kernel's source (hashed), its parameters,
+the size, the device and its driver, the seed, the timing and check settings and the runner's
+version. Every run records that key as the tag `gemmlab.measurement_key`; a sweep job whose
+key matches a finished run copies that run's results into its own record (status `cached`, tag
+`gemmlab.reused_from`) instead of measuring again, unless `+rerun=true`. A sweep that was
+interrupted therefore resumes where it stopped when the same command is launched again.
+"""
+
+import hashlib
+import json
+from typing import Optional
+
+from runner import __version__
+from runner.backends.base import Backend
+from runner.paths import kernel_source_path
+from runner.spec import KernelPlan
+
+KEY_TAG = "gemmlab.measurement_key"
+REUSED_TAG = "gemmlab.reused_from"
+# Tags that describe the measurement itself, copied with its metrics.
+_COPIED_TAGS = ("device.name", "device.vendor", "device.platform", "device.driver",
+                "device.type", "device.compute_capability", "device.index", "timing.launches",
+                "check.method", "vendor.name")
+
+
+def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
+    """The key of what this run would measure, or None when its source cannot be read."""
+    path = kernel_source_path(backend.name, getattr(cfg.kernel.sources, backend.name))
+    if not path.is_file():
+        return None
+    device = backend.device_info()
+    identity = {
+        "backend": backend.name, "device": device.name, "platform": device.platform,
+        "driver": device.driver, "kernel": plan.name,
+        "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
+        "params": dict(plan.params), "max_registers": plan.max_registers,
+        "size": plan.size.as_names(), "seed": cfg.seed,
+        "timing": [cfg.timing.warmup, cfg.timing.repeats],
+        "check": [cfg.check.tolerance, cfg.check.full_reference_max_macs,
+                  cfg.check.sample_rows, cfg.check.sample_cols],
+        "runner": __version__,
+    }
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def find_measurement(experiment_id: str, key: str, exclude_run_id: str):
+    """The newest finished run in the experiment with this measurement key, or None."""
+    from mlflow.tracking import MlflowClient
+
+    found = MlflowClient().search_runs(
+        [experiment_id],
+        filter_string=f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
+        order_by=["attributes.start_time DESC"], max_results=2)
+    return next((run for run in found if run.info.run_id != exclude_run_id), None)
+
+
+def reuse(recorder, earlier) -> dict:
+    """Copy an earlier measurement into the recorder's run; returns its metrics."""
+    metrics = dict(earlier.data.metrics)
+    recorder.metrics(metrics)
+    tags = {name: earlier.data.tags[name] for name in _COPIED_TAGS if name in earlier.data.tags}
+    tags[REUSED_TAG] = earlier.data.tags.get(REUSED_TAG, earlier.info.run_id)
+    recorder.tags(tags)
+    return metrics

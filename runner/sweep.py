@@ -1,0 +1,342 @@
+"""A multirun as one MLflow parent run with its jobs as children, through Hydra's own callback.
+
+`SweepRecorder` is registered in `conf/config.yaml` (`hydra.callbacks`). In the process that
+drives the sweep it opens the parent run before any job starts (creating the store once, so that
+parallel jobs never race in its schema setup), hands the parent's id to every job through the
+environment (inherited by joblib's workers and submitit's jobs alike), shows a progress bar fed
+by the children MLflow has recorded (whichever launcher runs them), and at the end logs the
+sweep's summary table, counts with reasons and plots on the parent and prints the best
+configuration per kernel and size. Single runs never see any of this.
+"""
+
+import atexit
+import csv
+import io
+import logging
+import os
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from hydra.core.hydra_config import HydraConfig
+from hydra.experimental.callback import Callback
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
+
+PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
+STATUSES = ("ok", "cached", "refused", "failed")
+log = logging.getLogger(__name__)
+
+
+def in_sweep() -> bool:
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:  # called outside Hydra (tests, scripts)
+        return False
+
+
+def current_parent_run_id() -> Optional[str]:
+    """The sweep's parent run for a job of a multirun, None for a single run."""
+    return os.environ.get(PARENT_ENV) if in_sweep() else None
+
+
+def sweep_definition(config: DictConfig) -> dict[str, str]:
+    """What is swept, as `key -> values`: the sweeper's params (an experiment's, or the Optuna
+    search space) with the command line's sweep overrides on top."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    definition = {}
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    for key, value in params.items():
+        definition[str(key)] = str(value)
+    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
+    for override in parsed:
+        if override.is_sweep_override():
+            key, _, values = override.input_line.partition("=")
+            definition[key.lstrip("+~")] = values
+    return definition
+
+
+def expected_jobs(config: DictConfig) -> Optional[int]:
+    """How many jobs the sweep will launch, when it can be told in advance."""
+    trials = OmegaConf.select(config, "hydra.sweeper.n_trials")
+    if trials is not None:  # the Optuna sweeper
+        return int(trials)
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    texts = [f"{key}={value}" for key, value in sweep_definition(config).items()]
+    try:
+        total = 1
+        for override in OverridesParser.create().parse_overrides(texts):
+            if override.is_sweep_override():
+                total *= len(list(override.sweep_string_iterator()))
+        return total
+    except Exception:  # a sweep the basic parser cannot expand (e.g. an interval)
+        return None
+
+
+def _rate(run) -> Optional[float]:
+    metrics = run.data.metrics
+    return metrics.get("perf/gflops", metrics.get("bw/gbps"))
+
+
+def _unit(run) -> str:
+    return "GFLOPS" if "perf/gflops" in run.data.metrics else "GB/s"
+
+
+def _status(run) -> str:
+    status = run.data.tags.get("gemmlab.status")
+    if status in STATUSES:
+        return status
+    return "ok" if run.info.status == "FINISHED" else "failed"
+
+
+def _size(run) -> str:
+    params = run.data.params
+    size = f"{params.get('M')}x{params.get('N')}"
+    return size + (f"x{params['K']}" if run.data.tags.get("gemmlab.operation") == "sgemm" else "")
+
+
+def _tiling(run) -> str:
+    return " ".join(f"{key.rsplit('.', 1)[-1]}={value}"
+                    for key, value in sorted(run.data.params.items())
+                    if key.startswith("kernel.params."))
+
+
+@dataclass
+class SweepSummary:
+    """The children of one sweep, counted and ranked."""
+    runs: list
+    counts: Counter = field(default_factory=Counter)
+    reasons: Counter = field(default_factory=Counter)  # "refused: …" / "failed: …" -> count
+    best: dict = field(default_factory=dict)  # (kernel, size, backend, device) -> run
+
+    @classmethod
+    def of(cls, runs: list) -> "SweepSummary":
+        summary = cls(runs)
+        for run in runs:
+            if run.info.status == "RUNNING":
+                summary.counts["running"] += 1
+                continue
+            status = _status(run)
+            summary.counts[status] += 1
+            if status in ("refused", "failed"):
+                reason = run.data.tags.get("failure_reason", run.info.status)
+                summary.reasons[f"{status}: {reason}"] += 1
+                continue
+            rate = _rate(run)
+            if rate is None:
+                continue
+            cell = (run.data.params.get("kernel.name", "?"), _size(run),
+                    run.data.params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
+            if cell not in summary.best or rate > _rate(summary.best[cell]):
+                summary.best[cell] = run
+        return summary
+
+    @property
+    def finished(self) -> int:
+        return sum(self.counts[s] for s in STATUSES)
+
+    def best_overall(self):
+        ranked = [run for run in self.best.values()]
+        return max(ranked, key=_rate) if ranked else None
+
+    def counts_line(self, expected: Optional[int] = None) -> str:
+        total = f"{self.finished}" + (f"/{expected}" if expected else "")
+        return (f"{total} jobs: {self.counts['ok']} measured, {self.counts['cached']} cached "
+                f"(measured before), {self.counts['refused']} refused by constraints or limits, "
+                f"{self.counts['failed']} failed")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per child, for the CSV and MLflow table artifacts."""
+        rows = []
+        for run in sorted(self.runs, key=lambda r: r.info.start_time or 0):
+            metrics = run.data.metrics
+            rows.append({
+                "run_id": run.info.run_id, "status": _status(run),
+                "kernel": run.data.params.get("kernel.name", ""),
+                "backend": run.data.params.get("backend.name", ""),
+                "device": run.data.tags.get("device.name", ""), "size": _size(run),
+                "tiling": _tiling(run), "rate": _rate(run), "unit": _unit(run),
+                "pct_of_vendor": metrics.get("perf/pct_of_vendor"),
+                "time_ms_median": metrics.get("time_ms/median"),
+                "registers": metrics.get("kernel/registers"),
+                "reused_from": run.data.tags.get("gemmlab.reused_from", ""),
+                "reason": run.data.tags.get("failure_reason", ""),
+            })
+        return rows
+
+
+def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
+    return client.search_runs([experiment_id],
+                              filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                              max_results=50000)
+
+
+def _progress_line(summary: SweepSummary) -> str:
+    running = [r for r in summary.runs if r.info.status == "RUNNING"]
+    now = ", ".join(f"{r.info.run_name} {_tiling(r)}".strip() for r in running[:2]) or "—"
+    best = summary.best_overall()
+    best_text = "—" if best is None else (
+        f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get('kernel.name')} {_size(best)} "
+        f"{_tiling(best)}".strip())
+    skipped = f" · {summary.counts['cached']} cached" if summary.counts["cached"] else ""
+    return f"sweep · now: {now} · best: {best_text}{skipped}"
+
+
+class _ProgressMonitor:
+    """A bar over the sweep's jobs, fed by polling the children MLflow has recorded."""
+
+    def __init__(self, uri: str, experiment_id: str, parent_run_id: str,
+                 expected: Optional[int]):
+        from mlflow.tracking import MlflowClient
+        from rich.progress import Progress
+
+        from runner import progress as progress_bars
+
+        self._client = MlflowClient(uri)
+        self._where = (experiment_id, parent_run_id)
+        self._progress = Progress(*progress_bars.columns(), transient=False)
+        self._task = self._progress.add_task("sweep", total=expected)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self.enabled = self._progress.console.is_terminal
+        if self.enabled:
+            self._progress.start()
+            progress_bars.share(self._progress)  # runs' timing bars join this display
+            self._thread.start()
+
+    def _poll(self) -> None:
+        while not self._stop.wait(1.0):
+            try:
+                summary = SweepSummary.of(sweep_children(self._client, *self._where))
+            except Exception:  # a busy store: try again at the next tick
+                continue
+            self._progress.update(self._task, completed=summary.finished,
+                                  description=_progress_line(summary))
+
+    def close(self) -> None:
+        from runner import progress as progress_bars
+
+        if self.enabled:
+            self._stop.set()
+            self._thread.join(timeout=5)
+            progress_bars.share(None)
+            self._progress.stop()
+
+
+def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_name: str,
+                        parent_run_id: str, uri: str) -> None:
+    from rich.table import Table
+
+    from runner.summary import console
+
+    table = Table(title=f"{parent_name}: best configuration per kernel and size",
+                  title_justify="left")
+    for column, justify in (("kernel", "left"), ("size", "left"), ("backend", "left"),
+                            ("device", "left"), ("tiling", "left"), ("rate", "right"),
+                            ("% of vendor", "right"), ("", "left")):
+        table.add_column(column, justify=justify)
+    for (kernel, size, backend, device), run in sorted(summary.best.items()):
+        pct = run.data.metrics.get("perf/pct_of_vendor")
+        table.add_row(kernel, size, backend, device, _tiling(run),
+                      f"{_rate(run):,.1f} {_unit(run)}", "—" if pct is None else f"{pct:.1f}%",
+                      "cached" if _status(run) == "cached" else "")
+    if summary.best:
+        console.print(table)
+    console.print(summary.counts_line(expected))
+    for reason, count in summary.reasons.most_common(10):
+        console.print(f"  {count} × {reason}")
+    if len(summary.reasons) > 10:
+        console.print(f"  … {len(summary.reasons) - 10} more reasons in failures.md")
+    console.print(f"  recorded: MLflow parent run {parent_run_id} in {uri}")
+
+
+class SweepRecorder(Callback):
+    """Hydra callback: the sweep's parent run, its progress bar and its summary."""
+
+    def __init__(self) -> None:
+        self._parent_run_id: Optional[str] = None
+
+    def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from mlflow.tracking import MlflowClient
+
+        from runner.store import ensure_store
+        from runner.tracking import _quiet_mlflow, provenance_tags
+
+        tracking = config.tracking
+        ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
+        _quiet_mlflow()
+        client = MlflowClient(tracking.uri)
+        experiment = client.get_experiment_by_name(tracking.experiment)
+        experiment_id = experiment.experiment_id if experiment else \
+            client.create_experiment(tracking.experiment)
+        definition = sweep_definition(config)
+        self._expected = expected_jobs(config)
+        described = " ".join(f"{k}={v}" for k, v in definition.items())
+        self._name = f"sweep {tracking.experiment}: {described}"[:240]
+        sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
+        launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
+        tags = {**provenance_tags(), "gemmlab.sweep": "true",
+                "gemmlab.sweep.overrides": " ".join(config.hydra.overrides.task),
+                "gemmlab.sweep.sweeper": sweeper.rsplit(".", 1)[-1],
+                "gemmlab.sweep.launcher": launcher.rsplit(".", 1)[-1],
+                "gemmlab.sweep.dir": str(OmegaConf.select(config, "hydra.sweep.dir"))}
+        run = client.create_run(experiment_id, run_name=self._name, tags=tags)
+        self._client, self._uri = client, tracking.uri
+        self._experiment_id, self._parent_run_id = experiment_id, run.info.run_id
+        for key, values in definition.items():
+            client.log_param(run.info.run_id, f"sweep.{key}"[:250], values[:6000])
+        if self._expected is not None:
+            client.log_param(run.info.run_id, "sweep.expected_jobs", self._expected)
+        os.environ[PARENT_ENV] = run.info.run_id
+        self._monitor = _ProgressMonitor(tracking.uri, experiment_id, run.info.run_id,
+                                         self._expected)
+        atexit.register(self._end, "KILLED")  # an interrupted sweep still closes its parent
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        self._end("FINISHED")
+
+    def _end(self, status: str) -> None:
+        if self._parent_run_id is None:
+            return
+        parent, self._parent_run_id = self._parent_run_id, None
+        self._monitor.close()
+        os.environ.pop(PARENT_ENV, None)
+        summary = SweepSummary.of(sweep_children(self._client, self._experiment_id, parent))
+        try:
+            self._log_summary(parent, summary)
+        finally:
+            self._client.set_terminated(parent, status)
+        print_sweep_summary(summary, self._expected, self._name, parent, self._uri)
+
+    def _log_summary(self, parent: str, summary: SweepSummary) -> None:
+        client = self._client
+        metrics = {f"sweep/{status}": float(summary.counts[status]) for status in STATUSES}
+        metrics["sweep/jobs"] = float(summary.finished)
+        best = summary.best_overall()
+        if best is not None:
+            metrics["sweep/best_gflops" if _unit(best) == "GFLOPS" else "sweep/best_gbps"] = \
+                _rate(best)
+        for key, value in metrics.items():
+            client.log_metric(parent, key, value)
+        devices = sorted({r.data.tags["device.name"] for r in summary.runs
+                          if "device.name" in r.data.tags})
+        client.set_tag(parent, "device.name", ", ".join(devices) or "—")
+        if best is not None:
+            client.set_tag(parent, "gemmlab.sweep.best",
+                           f"{best.data.params.get('kernel.name')} {_size(best)} "
+                           f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
+        rows = summary.rows()
+        if rows:
+            buffer = io.StringIO()
+            writer = csv.DictWriter(buffer, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+            client.log_text(parent, buffer.getvalue(), "sweep_summary.csv")
+            client.log_table(parent, {k: [row[k] for row in rows] for k in rows[0]},
+                             "sweep_summary.json")
+        lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
+        lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
+        client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
