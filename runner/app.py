@@ -9,11 +9,13 @@ import sys
 from typing import Optional
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from runner.backends import make_backend
 from runner.errors import Refused, RunError
 from runner.execute import execute
+from runner.gpu_pool import claim_gpu
 from runner.paths import CONF_DIR
 from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
 from runner.schema import register_configs
@@ -32,7 +34,18 @@ def _rate(metrics: dict) -> Optional[float]:
 
 
 def run(cfg: DictConfig) -> Optional[float]:
-    """One recorded run. Returns the median GFLOPS (GB/s for copies), None when it failed."""
+    """One recorded run. Returns the median GFLOPS (GB/s for copies), None when it failed.
+
+    In a sweep with a GPU pool (`hydra/launcher=gpus gpus=N`) the run first claims a GPU of its
+    own and runs on it."""
+    if cfg.gpus > 0 and in_sweep():
+        with claim_gpu(cfg.gpus, HydraConfig.get().job.num) as index:
+            cfg.backend.device = index if cfg.backend.name == "cuda" else str(index)
+            return _run(cfg)
+    return _run(cfg)
+
+
+def _run(cfg: DictConfig) -> Optional[float]:
     size = ProblemSize(cfg.m, cfg.n, cfg.k)
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()
@@ -51,7 +64,8 @@ def run(cfg: DictConfig) -> Optional[float]:
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
         recorder.tags({"gemmlab.kernel": cfg.kernel.name, "gemmlab.backend": backend_name,
-                       "gemmlab.operation": cfg.kernel.operation.value})
+                       "gemmlab.operation": cfg.kernel.operation.value,
+                       "device.index": cfg.backend.device})
         plan = plan_kernel(cfg.kernel, size)
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)

@@ -115,6 +115,9 @@ class Config:
     n: int = II("size")
     k: int = II("size")
     seed: int = 0  # inputs are drawn from this seed; it is logged with the run
+    # With hydra/launcher=gpus: how many GPUs the parallel jobs share, one job per GPU at a time
+    # (0: no pool, backend.device as given).
+    gpus: int = 0
     timing: TimingConfig = field(default_factory=TimingConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     check: CheckConfig = field(default_factory=CheckConfig)

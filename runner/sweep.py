@@ -234,15 +234,17 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
 
     table = Table(title=f"{parent_name}: best configuration per kernel and size",
                   title_justify="left")
-    for column, justify in (("kernel", "left"), ("size", "left"), ("backend", "left"),
-                            ("device", "left"), ("tiling", "left"), ("rate", "right"),
-                            ("% of vendor", "right"), ("", "left")):
-        table.add_column(column, justify=justify)
+    any_cached = any(_status(run) == "cached" for run in summary.best.values())
+    columns = [("kernel", "left"), ("size", "left"), ("backend", "left"), ("device", "left"),
+               ("tiling", "left"), ("rate", "right"), ("% of vendor", "right")]
+    for column, justify in columns + ([("", "left")] if any_cached else []):
+        table.add_column(column, justify=justify, no_wrap=column != "tiling")
     for (kernel, size, backend, device), run in sorted(summary.best.items()):
         pct = run.data.metrics.get("perf/pct_of_vendor")
-        table.add_row(kernel, size, backend, device, _tiling(run),
-                      f"{_rate(run):,.1f} {_unit(run)}", "—" if pct is None else f"{pct:.1f}%",
-                      "cached" if _status(run) == "cached" else "")
+        row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
+               "—" if pct is None else f"{pct:.1f}%"]
+        table.add_row(*row, *(["cached" if _status(run) == "cached" else ""] if any_cached
+                              else []))
     if summary.best:
         console.print(table)
     console.print(summary.counts_line(expected))
@@ -258,6 +260,11 @@ class SweepRecorder(Callback):
 
     def __init__(self) -> None:
         self._parent_run_id: Optional[str] = None
+
+    def __getstate__(self) -> dict:
+        # Launchers pickle Hydra's context, callbacks included, to their workers: a worker's
+        # copy holds nothing (the parent is driven from the sweep's own process only).
+        return {"_parent_run_id": None}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.tracking import MlflowClient
