@@ -27,7 +27,8 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no screen needed
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
 SWEEP_TAG = "gemmlab.sweep"
 PARENT_TAG = "mlflow.parentRunId"
@@ -126,6 +127,11 @@ def _step_key(kernel: str):
 
 def _fmt(value, spec: str) -> str:
     return "—" if value is None else format(value, spec)
+
+
+def _fmt_rate(value) -> str:
+    """Thousands separated; three significant digits below 100 (a CPU's few GFLOPS)."""
+    return _fmt(value, ",.0f" if value is None or abs(value) >= 100 else ".3g")
 
 
 def _is_gemm(run) -> bool:
@@ -240,7 +246,7 @@ def summary_table(table: dict) -> list[str]:
                 row.append("—")
                 continue
             m = run.data.metrics
-            row.append(f"{_fmt(_rate(run), ',.0f')} "
+            row.append(f"{_fmt_rate(_rate(run))} "
                        f"({_fmt(m.get('perf/pct_of_vendor'), '.0f')}%)")
         lines.append(f"| {kernel} | " + " | ".join(row) + " |")
     return lines + [""]
@@ -286,8 +292,8 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
             if status(run) == "cached":
                 step += f" (cached from `{run.data.tags.get('gemmlab.reused_from', '?')[:8]}`)"
             lines.append(
-                f"| {step} | {size} | {_fmt(_rate(run), ',.0f')} | "
-                f"{_fmt(_vendor_rate(run), ',.0f')} | "
+                f"| {step} | {size} | {_fmt_rate(_rate(run))} | "
+                f"{_fmt_rate(_vendor_rate(run))} | "
                 f"{_fmt(m.get('perf/pct_of_vendor'), '.1f')} | "
                 f"{_fmt(m.get('time_ms/median'), '.4f')} | "
                 f"{_fmt(m.get('kernel/registers'), '.0f')} | "
@@ -375,7 +381,8 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
             xs = sorted(vendor)
             # The baseline ran once per kernel run: its median over those runs, per size.
             label = (vendor_name or "vendor") if is_gemm else "device copy"
-            ax.plot(xs, [_median(vendor[x]) for x in xs], "k--", linewidth=2, label=label)
+            ax.plot(xs, [_median(vendor[x]) for x in xs], "k--", marker="s", markersize=4,
+                    linewidth=2, label=label)
         xs = sorted({p[0] for s in series.values() for p in s} | set(vendor))
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_locator(FixedLocator(xs))
@@ -422,7 +429,8 @@ def _bar_labels(ax, bars, labels, fontsize=8, inside_above=None):
 
 
 def _thousands(ax):
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:g}"))
 
 
 def _pct(run) -> str:
@@ -452,7 +460,7 @@ def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
             name = runs[kernels[0]].data.tags.get("vendor.name", "vendor")
             ax.axhline(_median(vendor), color="k", linestyle="--", linewidth=1.5)
             # Named just above the line at the left, where a ladder's first bars are low.
-            ax.annotate(f"{name if is_gemm else 'device copy'}: {_median(vendor):,.0f}",
+            ax.annotate(f"{name if is_gemm else 'device copy'}: {_fmt_rate(_median(vendor))}",
                         (-0.4, _median(vendor)), xytext=(0, 2), textcoords="offset points",
                         ha="left", va="bottom", fontsize=8)
         ax.set_ylim(0, top * 1.12)
@@ -495,21 +503,25 @@ def plot_resources(title: str, table: dict, path: Path) -> Optional[Path]:
             xs = [i - 0.4 + bar * (g + 0.5) for i in range(len(kernels))]
             values = [runs[k].data.metrics.get(metric) if k in runs else None for k in kernels]
             shown = [(x, v) for x, v in zip(xs, values) if v is not None]
-            name = backend if len(table) == len({b for b, _ in table}) else f"{backend}, {device}"
-            bars = ax.bar([x for x, _ in shown], [v for _, v in shown], bar,
-                          label=name, color=f"C{g}")
+            bars = ax.bar([x for x, _ in shown], [v for _, v in shown], bar, color=f"C{g}")
             _bar_labels(ax, bars, [f"{v:.0f}" for _, v in shown], fontsize=7)
             for x, v, k in zip(xs, values, kernels):
                 if v is None and k in runs:  # measured, but the driver did not say
                     ax.text(x, highest * 0.02, "n/a", ha="center", va="bottom", fontsize=7,
                             rotation=90, color=f"C{g}")
         ax.set_ylim(0, highest * 1.15)
+        ax.set_xlim(-0.6, len(kernels) - 0.4)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of registers and bytes
         ax.set_xticks(range(len(kernels)))
         ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0,
                            ha="right" if len(kernels) > 4 else "center", fontsize=9)
         ax.set_ylabel(label)
         ax.grid(True, axis="y", alpha=0.3)
-        ax.legend(fontsize=8, loc="upper left")
+        # Handles drawn here: a backend with no value at all still gets its colour.
+        one_backend_per_device = len(table) == len({b for b, _ in table})
+        ax.legend(handles=[Patch(color=f"C{g}", label=b if one_backend_per_device
+                                 else f"{b}, {d}") for g, (b, d) in enumerate(groups)],
+                  fontsize=8, loc="upper left")
     axes[0, 0].set_title("n/a: the driver reports no value (not zero)", fontsize=9)
     fig.suptitle(f"{_devices(table)}: {title}, registers and spills per step", fontsize=12)
     return _save(fig, path)
