@@ -1,7 +1,7 @@
 """Results pages built from MLflow records, never from stdout: a Markdown page and PNG plots.
 
     python -m runner.report --experiment sgemm_ladder [--uri sqlite:///mlflow.db] [--out docs/benchmarks]
-    python -m runner.report --sweep <parent run id or name> [--backend cuda] [--device H200] [--name x]
+    python -m runner.report --sweep <parent id or name> [--backend cuda] [--device H200] [--name x]
 
 For each backend and device: the latest finished run of every kernel and size, with its rate,
 % of the vendor library in the same run, registers, spills, shared memory and error; failed and
@@ -177,7 +177,7 @@ def latest_per_cell(runs) -> dict:
 
 
 def failures(runs) -> list[str]:
-    """One line per failed or refused configuration (newest only), with its parameters and reason."""
+    """One line per failed or refused configuration (newest only): parameters and reason."""
     seen, lines = set(), []
     for run in sorted(runs, key=lambda r: -r.info.start_time):
         state = status(run)
