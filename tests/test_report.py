@@ -1,22 +1,175 @@
-"""Results pages are built from MLflow records: a table row per run, failures listed, a plot."""
+"""Results pages are built from MLflow records: a table row per run, failures listed, plots,
+and the runs selected by experiment, sweep (parent run), backend and device."""
+
+import re
+
+import mlflow
+import pytest
+from mlflow.entities import Metric, Param, Run, RunData, RunTag
+from mlflow.tracking import MlflowClient
 
 from conftest import compose_config
 from runner.app import run
+from runner.report import build_report
 from runner.report import main as report_main
 
 
-def test_report_page_from_recorded_runs(tmp_path):
-    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    common = ["backend.device_type=cpu", "timing.repeats=2", "timing.warmup=0",
-              f"tracking.uri={store}", "tracking.experiment=ladder"]
+def _common(store: str, experiment: str = "ladder") -> list[str]:
+    return ["backend.device_type=cpu", "timing.repeats=2", "timing.warmup=0",
+            f"tracking.uri={store}", f"tracking.experiment={experiment}"]
+
+
+def _run_ids(store: str, experiment: str) -> set[str]:
+    client = MlflowClient(tracking_uri=store)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return set()
+    return {r.info.run_id for r in client.search_runs([found.experiment_id], max_results=1000)}
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """Real CPU runs in one experiment: a sweep (a parent run tagged gemmlab.sweep and three
+    children, one of them failed), a run outside the sweep, and a CUDA run that fails here."""
+    root = tmp_path_factory.mktemp("report")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    common = _common(uri)
+    assert run(compose_config("kernel=matmul_1", "size=48", *common)) > 0  # not in the sweep
+    before = _run_ids(uri, "ladder")
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(run_name="sweep ladder test",
+                          tags={"gemmlab.sweep": "true"}) as parent:
+        parent_id = parent.info.run_id
     assert run(compose_config("kernel=matmul_1", "size=40", *common)) > 0
     assert run(compose_config("kernel=matmul_2", "size=40", *common)) > 0
+    assert run(compose_config("kernel=matmul_2", "m=33", "n=17", "k=9", *common)) > 0
     assert run(compose_config("kernel=matmul_2", "size=40", "kernel.params.TS=3", *common)) is None
+    client = MlflowClient(tracking_uri=uri)
+    children = _run_ids(uri, "ladder") - before - {parent_id}
+    assert len(children) == 4
+    for child in children:
+        client.set_tag(child, "mlflow.parentRunId", parent_id)
+    from runner.backends.cuda import gpu_count
+
+    if not gpu_count():  # a CUDA run that fails for want of a GPU, outside the sweep
+        assert run(compose_config("backend=cuda", "kernel=matmul_2", "size=40",
+                                  *common[1:])) is None  # device_type is OpenCL's key
+    return uri, parent_id
+
+
+def _page(out, stem: str) -> str:
+    return (out / f"{stem}.md").read_text()
+
+
+def test_report_page_from_recorded_runs(store, tmp_path):
+    uri, parent_id = store
     out = tmp_path / "pages"
-    report_main(["--experiment", "ladder", "--uri", store, "--out", str(out)])
-    page = (out / "ladder.md").read_text()
+    report_main(["--experiment", "ladder", "--uri", uri, "--out", str(out)])
+    page = _page(out, "ladder")
     assert "| matmul_1 | 40x40x40 |" in page
+    assert "| matmul_1 | 48x48x48 |" in page
     assert "| matmul_2 | 40x40x40 |" in page
+    assert "| matmul_2 | 33x17x9 |" in page
     assert "TS=3 is not an allowed value" in page, "failed runs are listed with their reason"
     assert "numpy" in page and "driver:" in page and "command(s):" in page
-    assert (out / "ladder.png").stat().st_size > 10_000
+    # TS=3 is refused where the runner tags refusals (gemmlab.status), failed where it does not.
+    assert re.search(rf"sweep `sweep ladder test` \(run `{parent_id}`\): 3 ok, "
+                     r"(0 refused, 1 failed|1 refused, 0 failed), 0 cached", page)
+    assert "| ? |" not in page, "the sweep's parent run is no row of its own"
+    assert (out / "ladder-rate.png").stat().st_size > 10_000
+    assert "![ladder: rate against size](ladder-rate.png)" in page
+
+
+@pytest.mark.parametrize("how", ["id", "name"])
+def test_sweep_selects_only_its_children(store, tmp_path, how):
+    uri, parent_id = store
+    out = tmp_path / "pages"
+    sweep = parent_id if how == "id" else "sweep ladder test"
+    files = report_main(["--sweep", sweep, "--uri", uri, "--out", str(out)])  # no --experiment
+    assert files[0] == out / f"sweep-{parent_id[:8]}.md"
+    page = files[0].read_text()
+    assert page.startswith("# Benchmark: sweep ladder test")
+    assert "| matmul_1 | 40x40x40 |" in page and "| matmul_2 | 33x17x9 |" in page
+    assert "48x48x48" not in page, "a run outside the sweep is left out"
+    assert "TS=3 is not an allowed value" in page
+    assert "needs an NVIDIA GPU" not in page
+
+
+def test_backend_and_device_select(store, tmp_path):
+    uri, _ = store
+    out = tmp_path / "pages"
+    report_main(["--experiment", "ladder", "--uri", uri, "--out", str(out),
+                 "--backend", "opencl", "--name", "opencl"])
+    page = _page(out, "opencl")
+    assert "| matmul_1 | 40x40x40 |" in page
+    assert "needs an NVIDIA GPU" not in page
+    client = MlflowClient(tracking_uri=uri)
+    device = next(r.data.tags["device.name"] for r in client.search_runs(
+        [client.get_experiment_by_name("ladder").experiment_id]) if "device.name" in r.data.tags)
+    word = device.split()[0].swapcase()  # a substring, in the other case
+    report_main(["--experiment", "ladder", "--uri", uri, "--out", str(out),
+                 "--device", word, "--name", "device"])
+    assert f"## opencl on {device}" in _page(out, "device")
+    with pytest.raises(SystemExit, match="no runs match"):
+        report_main(["--experiment", "ladder", "--uri", uri, "--out", str(out),
+                     "--device", "no such device"])
+    from runner.backends.cuda import gpu_count
+
+    if not gpu_count():  # the store holds one failed CUDA run
+        report_main(["--experiment", "ladder", "--uri", uri, "--out", str(out),
+                     "--backend", "cuda", "--name", "cuda"])
+        cuda = _page(out, "cuda")
+        assert "needs an NVIDIA GPU" in cuda
+        assert "| matmul_1 |" not in cuda, "no OpenCL rows under --backend cuda"
+
+
+def _as_backend(run: Run, backend: str, scale: float) -> Run:
+    """The same run relabelled as another backend with scaled rates (a stand-in for a CUDA run,
+    which this machine cannot make) and the registers a GPU compiler would report."""
+    metrics = dict(run.data.metrics)
+    for key in ("perf/gflops", "bw/gbps", "perf/pct_of_vendor"):
+        if key in metrics:
+            metrics[key] *= scale
+    metrics["kernel/registers"] = 32.0
+    metrics["kernel/spill_bytes"] = 0.0
+    params = {**run.data.params, "backend.name": backend}
+    return Run(run.info, RunData(metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+                                 params=[Param(k, v) for k, v in params.items()],
+                                 tags=[RunTag(k, v) for k, v in run.data.tags.items()]))
+
+
+def _sweep_runs(uri: str, parent_id: str) -> list:
+    client = MlflowClient(tracking_uri=uri)
+    return client.search_runs([client.get_experiment_by_name("ladder").experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{parent_id}'")
+
+
+def test_build_report_writes_every_plot(store, tmp_path):
+    uri, parent_id = store
+    runs = _sweep_runs(uri, parent_id)
+    runs += [_as_backend(r, "cuda", 1.5) for r in runs if r.info.status == "FINISHED"]
+    files = build_report(runs, "both backends", tmp_path, uri)
+    assert files[0] == tmp_path / "both-backends.md"
+    names = [f.name for f in files[1:]]
+    assert names == ["both-backends-rate.png", "both-backends-ladder.png",
+                     "both-backends-resources.png", "both-backends-backends.png"]
+    page = files[0].read_text()
+    for f in files[1:]:
+        assert f.stat().st_size > 10_000, f"{f.name} is (nearly) empty"
+        assert f"]({f.name})" in page, f"{f.name} is embedded in the page"
+    assert "| cuda 40 |" not in page and "| cuda 40x40x40 |" in page  # odd sizes: full labels
+
+
+def test_build_report_with_only_failed_runs_or_one_run(store, tmp_path):
+    uri, parent_id = store
+    runs = _sweep_runs(uri, parent_id)
+    failed = [r for r in runs if r.info.status == "FAILED"]
+    assert failed
+    files = build_report(failed, "only failed", tmp_path / "failed", uri)
+    assert files == [tmp_path / "failed" / "only-failed.md"], "no plot without a measurement"
+    assert "TS=3 is not an allowed value" in files[0].read_text()
+    one = [r for r in runs if r.info.status == "FINISHED"][:1]
+    files = build_report(one, "one run", tmp_path / "one", uri)
+    # Registers and spills: drawn only where the driver reports them (a CPU runtime may not).
+    assert [f.name for f in files][:3] == ["one-run.md", "one-run-rate.png", "one-run-ladder.png"]
+    assert all(f.stat().st_size > 5_000 for f in files[1:])
