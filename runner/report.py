@@ -19,6 +19,7 @@ import datetime as dt
 import re
 import shlex
 import sys
+import textwrap
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Optional
@@ -164,15 +165,19 @@ def _unit(is_gemm: bool) -> str:
     return "GFLOPS" if is_gemm else "GB/s"
 
 
-def latest_per_cell(runs) -> dict:
-    """(backend, device) -> {(kernel, size label): newest measured run (ok or cached)}."""
+def latest_per_cell(runs, best: bool = False) -> dict:
+    """(backend, device) -> {(kernel, size label): newest measured run (ok or cached)}; with
+    `best`, the fastest instead (a tiling sweep: its best configuration per step and size)."""
     table = defaultdict(dict)
     for run in sorted(runs, key=lambda r: -r.info.start_time):
         if status(run) not in MEASURED:
             continue
         params = run.data.params
         key = (params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
-        table[key].setdefault((params.get("kernel.name", "?"), _size_label(run)), run)
+        cell = (params.get("kernel.name", "?"), _size_label(run))
+        held = table[key].get(cell)
+        if held is None or (best and (_rate(run) or 0) > (_rate(held) or 0)):
+            table[key][cell] = run
     return dict(table)
 
 
@@ -340,6 +345,12 @@ def _grid(count: int, width: float, height: float):
     return fig, flat[:count]
 
 
+def _wrapped(text: str, fig) -> str:
+    """A figure title broken into lines that fit the figure's width (a sweep's name is long)."""
+    characters = max(40, int(fig.get_figwidth() * 9))
+    return "\n".join(textwrap.wrap(text, characters))
+
+
 def _save(fig, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -399,7 +410,7 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
         ax.set_title(f"{backend} on {device}")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
-    fig.suptitle(f"{_devices(table)}: {title}, rate against size", fontsize=12)
+    fig.suptitle(_wrapped(f"{_devices(table)}: {title}, rate against size", fig), fontsize=12)
     return _save(fig, path)
 
 
@@ -471,7 +482,7 @@ def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
         ax.set_ylabel(_unit(is_gemm))
         ax.set_title(f"{backend} on {device}, {size} (label: % of vendor)", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
-    fig.suptitle(f"{_devices(table)}: {title}, the ladder", fontsize=12)
+    fig.suptitle(_wrapped(f"{_devices(table)}: {title}, the ladder", fig), fontsize=12)
     return _save(fig, path)
 
 
@@ -523,7 +534,8 @@ def plot_resources(title: str, table: dict, path: Path) -> Optional[Path]:
                                  else f"{b}, {d}") for g, (b, d) in enumerate(groups)],
                   fontsize=8, loc="upper left")
     axes[0, 0].set_title("n/a: the driver reports no value (not zero)", fontsize=9)
-    fig.suptitle(f"{_devices(table)}: {title}, registers and spills per step", fontsize=12)
+    fig.suptitle(_wrapped(f"{_devices(table)}: {title}, registers and spills per step", fig),
+                 fontsize=12)
     return _save(fig, path)
 
 
@@ -563,7 +575,8 @@ def plot_backends(title: str, table: dict, path: Path) -> Optional[Path]:
         ax.set_title(f"{device}, {size} (label: % of that backend's vendor)", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
-    fig.suptitle(f"{', '.join(sorted({p[0] for p in panels}))}: {title}, OpenCL against CUDA",
+    fig.suptitle(_wrapped(f"{', '.join(sorted({p[0] for p in panels}))}: {title}, "
+                          "OpenCL against CUDA", fig),
                  fontsize=12)
     return _save(fig, path)
 
@@ -581,18 +594,19 @@ def _stem(text: str) -> str:
 
 
 def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optional[str] = None,
-                 command: Optional[str] = None) -> list[Path]:
+                 command: Optional[str] = None, best: bool = False) -> list[Path]:
     """Write `<out_dir>/<name>.md` and its PNGs for these runs; return every file, page first.
 
     `runs` are `mlflow.entities.Run` in any order (sweep parents are left out); `name` defaults
     to `title` made file-safe; `uri` is where they were read (quoted, and used to look up the
-    names of their sweeps). Sets no global MLflow state."""
+    names of their sweeps); `best` shows the fastest run per step and size rather than the
+    newest (a sweep's page). Sets no global MLflow state."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = _stem(name or title)
     runs = sorted((r for r in runs if r.data.tags.get(SWEEP_TAG) != "true"),
                   key=lambda r: -r.info.start_time)
-    table = latest_per_cell(runs)
+    table = latest_per_cell(runs, best=best)
     images = []
     for suffix, caption, plot in PLOTS:
         written = plot(title, table, out_dir / f"{stem}-{suffix}.png") if table else None

@@ -14,9 +14,12 @@ import csv
 import io
 import logging
 import os
+import sys
+import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from hydra.core.hydra_config import HydraConfig
@@ -344,6 +347,18 @@ class SweepRecorder(Callback):
             client.log_text(parent, buffer.getvalue(), "sweep_summary.csv")
             client.log_table(parent, {k: [row[k] for row in rows] for k in rows[0]},
                              "sweep_summary.json")
+        self._log_report(parent, summary)
         lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
         lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
         client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
+
+    def _log_report(self, parent: str, summary: SweepSummary) -> None:
+        """The report's page and plots of this sweep (best configuration per step and size)."""
+        from runner.report import build_report
+
+        with tempfile.TemporaryDirectory() as folder:
+            written = build_report(summary.runs, self._name, Path(folder), self._uri,
+                                   name="sweep", best=True,
+                                   command="python -m runner " + " ".join(sys.argv[1:]))
+            for path in written:
+                self._client.log_artifact(parent, str(path), "report")

@@ -17,10 +17,11 @@ SGEMM_KERNELS = [n for n in KERNEL_NAMES if n.startswith("matmul_")]
 MOVE_KERNELS = [n for n in KERNEL_NAMES if not n.startswith("matmul_")]
 
 
-def compose_config(*overrides: str):
-    """The config `python -m runner <overrides>` would run with."""
+def compose_config(*overrides: str, with_hydra: bool = False):
+    """The config `python -m runner <overrides>` would run with (and Hydra's own node)."""
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return compose(config_name="config", overrides=list(overrides))
+        return compose(config_name="config", overrides=list(overrides),
+                       return_hydra_config=with_hydra)
 
 
 def kernel_yaml(name: str) -> dict:

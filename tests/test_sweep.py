@@ -1,0 +1,255 @@
+"""Sweeps through the real command line: one MLflow parent run per multirun with its jobs as
+children, counts with reasons, parallel jobs on a fresh store, resume, a real tracking server,
+the Optuna preset and submitit's local executor. All on the CPU's OpenCL device."""
+
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import compose_config
+from runner.sweep import expected_jobs, sweep_definition
+
+QUICK = ["backend.device_type=cpu", "timing.repeats=2", "timing.warmup=0"]
+
+
+def sweep(cwd: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "runner", "-m", *QUICK, *overrides], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+def parents(client: MlflowClient, experiment: str = "gemmlab") -> list:
+    ids = [client.get_experiment_by_name(experiment).experiment_id]
+    return client.search_runs(ids, "tags.`gemmlab.sweep` = 'true'",
+                              order_by=["attributes.start_time ASC"])
+
+
+def children(client: MlflowClient, parent) -> list:
+    return client.search_runs([parent.info.experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+
+
+def statuses(runs) -> list[str]:
+    return sorted(run.data.tags["gemmlab.status"] for run in runs)
+
+
+def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = sweep(tmp_path, "kernel=matmul_2", "size=24,40", "kernel.params.TS=8,12",
+                 f"tracking.uri={store}")
+    client = MlflowClient(store)
+    (parent,) = parents(client)
+    jobs = children(client, parent)
+    assert statuses(jobs) == ["ok", "ok", "refused", "refused"]
+    assert all(run.info.status == "FINISHED" for run in jobs
+               if run.data.tags["gemmlab.status"] == "ok")
+    assert all("not an allowed value" in run.data.tags["failure_reason"] for run in jobs
+               if run.data.tags["gemmlab.status"] == "refused")
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["sweep.size"] == "24,40"
+    assert parent.data.params["sweep.kernel.params.TS"] == "8,12"
+    assert parent.data.params["sweep.expected_jobs"] == "4"
+    metrics = parent.data.metrics
+    assert (metrics["sweep/ok"], metrics["sweep/refused"], metrics["sweep/failed"],
+            metrics["sweep/cached"], metrics["sweep/jobs"]) == (2, 2, 0, 0, 4)
+    assert parent.data.tags["device.name"] and parent.data.tags["gemmlab.runner_version"]
+    assert "TS=8" in parent.data.tags["gemmlab.sweep.best"]
+    artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
+    assert {"sweep_summary.csv", "sweep_summary.json", "failures.md", "report"} <= artifacts
+    reports = {a.path for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert "report/sweep.md" in reports and "report/sweep-rate.png" in reports
+    failures = client.download_artifacts(parent.info.run_id, "failures.md", str(tmp_path))
+    assert "2 × refused: matmul_2: TS=12 is not an allowed value" in Path(failures).read_text()
+    assert "best configuration per kernel and size" in done.stdout
+    assert "4/4 jobs: 2 measured, 0 cached (measured before), 2 refused" in done.stdout
+
+
+def test_the_compare_view_gets_knobs_not_the_spec(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep(tmp_path, "kernel=matmul_3", "size=32", f"tracking.uri={store}")
+    client = MlflowClient(store)
+    (job,) = children(client, parents(client)[0])
+    params = job.data.params
+    assert not [key for key in params if key.startswith(("kernel.allowed", "kernel.constraints",
+                                                         "kernel.launches", "kernel.summary"))]
+    assert {"kernel.params.TS", "kernel.params.WPT", "kernel.spec_hash", "M", "N", "K",
+            "seed", "timing.repeats", "backend.name", "kernel.name"} <= set(params)
+    assert len(params) <= 20, sorted(params)
+    spec = client.download_artifacts(job.info.run_id, "kernel_spec.yaml", str(tmp_path))
+    assert "constraints:" in Path(spec).read_text()
+
+
+def test_eight_parallel_joblib_jobs_on_a_fresh_store_lose_nothing(tmp_path):
+    database = tmp_path / "fresh" / "mlflow.db"
+    store = f"sqlite:///{database}"
+    sizes = [str(n) for n in range(16, 24)]
+    sweep(tmp_path, "hydra/launcher=joblib", "hydra.launcher.n_jobs=8", "kernel=matmul_1",
+          f"size={','.join(sizes)}", f"tracking.uri={store}")
+    client = MlflowClient(store)
+    (parent,) = parents(client)
+    jobs = children(client, parent)
+    assert sorted(run.data.params["M"] for run in jobs) == sizes, "one run per job, none lost"
+    assert all(run.info.status == "FINISHED" and run.data.metrics["perf/gflops"] > 0
+               for run in jobs)
+    assert parent.data.metrics["sweep/ok"] == 8
+    with sqlite3.connect(database) as connection:
+        assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+
+
+def test_a_relaunched_sweep_skips_what_was_measured_and_reruns_on_request(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    points = ["kernel=matmul_2", "size=24,28", f"tracking.uri={store}"]
+    sweep(tmp_path, *points)
+    again = sweep(tmp_path, *points)
+    rerun = sweep(tmp_path, *points, "+rerun=true")
+    client = MlflowClient(store)
+    first, second, third = parents(client)
+    measured = {run.info.run_id for run in children(client, first)}
+    cached = children(client, second)
+    assert statuses(cached) == ["cached", "cached"]
+    assert {run.data.tags["gemmlab.reused_from"] for run in cached} == measured
+    assert all(run.data.metrics["perf/gflops"] > 0 for run in cached)
+    assert second.data.metrics["sweep/cached"] == 2
+    assert "2/2 jobs: 0 measured, 2 cached" in again.stdout and "cached: measured in run" in \
+        again.stdout
+    assert statuses(children(client, third)) == ["ok", "ok"]
+    assert "2/2 jobs: 2 measured" in rerun.stdout
+
+
+def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sizes = "size=160,168,176,184,192,200"
+    command = [sys.executable, "-m", "runner", "-m", *QUICK, "kernel=matmul_1", sizes,
+               "timing.repeats=30", f"tracking.uri={store}"]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    client = MlflowClient(store)
+    deadline = time.monotonic() + 300
+    finished = []
+    while not finished and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.2)
+        try:
+            finished = [run for parent in parents(client) for run in children(client, parent)
+                        if run.info.status == "FINISHED"]
+        except Exception:  # the store is being created
+            continue
+    assert finished and process.poll() is None, "the sweep should still be running"
+    process.send_signal(signal.SIGINT)
+    process.communicate(timeout=120)
+    (interrupted,) = parents(client)
+    assert interrupted.info.status == "KILLED"
+    done_before = {run.data.params["M"] for run in children(client, interrupted)
+                   if run.info.status == "FINISHED"}
+    assert 1 <= len(done_before) < 6
+
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    second = parents(client)[1]
+    jobs = children(client, second)
+    cached = {run.data.params["M"] for run in jobs if run.data.tags["gemmlab.status"] == "cached"}
+    measured = {run.data.params["M"] for run in jobs if run.data.tags["gemmlab.status"] == "ok"}
+    assert cached == done_before
+    assert cached | measured == {"160", "168", "176", "184", "192", "200"}
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_a_sweep_records_into_a_real_mlflow_server(tmp_path):
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
+         "--workers", "1", "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+         "--artifacts-destination", str(tmp_path / "server-artifacts")],
+        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+        start_new_session=True)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert server.poll() is None, "mlflow server exited"
+                time.sleep(0.5)
+        sweep(tmp_path / "..", "kernel=matmul_1", "size=20,21", f"tracking.uri={uri}")
+        client = MlflowClient(uri)
+        (parent,) = parents(client)
+        jobs = children(client, parent)
+        assert statuses(jobs) == ["ok", "ok"]
+        artifacts = {a.path for a in client.list_artifacts(jobs[0].info.run_id)}
+        assert {"config.yaml", "kernel_spec.yaml", "compile_log.txt"} <= artifacts
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        server.wait(timeout=30)
+
+
+def test_the_optuna_preset_treats_refused_points_as_failed_trials(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # TS=4 is fixed, so WPT in 8, 16, 32 breaks "WPT must divide TS": refused, never an abort.
+    done = sweep(tmp_path, "+search=matmul_3", "kernel.params.TS=4", "size=32",
+                 "hydra.sweeper.n_trials=6", f"tracking.uri={store}")
+    client = MlflowClient(store)
+    (parent,) = parents(client, "matmul_3_tuning")
+    jobs = children(client, parent)
+    assert len(jobs) == 6
+    assert {"ok", "refused"} <= set(statuses(jobs)) <= {"ok", "refused", "cached"}
+    assert parent.data.tags["gemmlab.sweep.sweeper"] == "OptunaSweeper"
+    assert parent.data.params["sweep.expected_jobs"] == "6"
+    assert "Best value" in done.stdout + done.stderr
+
+
+def test_submitit_local_executor_runs_the_jobs(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep(tmp_path, "hydra/launcher=submitit_local", "hydra.launcher.timeout_min=10",
+          "kernel=matmul_1", "size=18,19", f"tracking.uri={store}")
+    client = MlflowClient(store)
+    (parent,) = parents(client)
+    assert parent.data.tags["gemmlab.sweep.launcher"] == "LocalLauncher"
+    assert statuses(children(client, parent)) == ["ok", "ok"]
+
+
+def test_presets_compose():
+    slurm = compose_config("hydra/launcher=slurm", with_hydra=True)
+    assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert slurm.hydra.launcher.gpus_per_node == 1
+    pool = compose_config("hydra/launcher=gpus", "gpus=2", with_hydra=True)
+    assert pool.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert pool.hydra.launcher.n_jobs == 2
+
+
+def test_the_sweep_definition_and_its_size_are_read_from_the_config():
+    cfg = compose_config("+experiment=sgemm_ladder", with_hydra=True)
+    cfg.hydra.overrides.task = ["seed=1,2", "size=64"]
+    definition = sweep_definition(cfg)
+    assert definition["kernel"].startswith("matmul_1,") and definition["seed"] == "1,2"
+    assert expected_jobs(cfg) == 9 * 4 * 2
+
+
+@pytest.mark.parametrize("search, grid", [("matmul_9", "matmul_9_grid")])
+def test_the_search_space_matches_its_grid_and_the_allowed_values(search, grid):
+    from conftest import kernel_yaml
+
+    searched = compose_config(f"+search={search}", with_hydra=True).hydra.sweeper.params
+    gridded = compose_config(f"+experiment={grid}", with_hydra=True).hydra.sweeper.params
+    allowed = kernel_yaml(search)["allowed"]
+    for key, choice in searched.items():
+        values = [int(v) for v in choice.removeprefix("choice(").rstrip(")").split(",")]
+        assert values == [int(v) for v in str(gridded[key]).split(",")], key
+        assert set(values) <= set(allowed[key.rsplit(".", 1)[-1]]), key
+    assert set(searched) == set(gridded)
