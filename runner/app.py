@@ -20,7 +20,7 @@ from runner.paths import CONF_DIR
 from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
 from runner.schema import register_configs
 from runner.spec import ProblemSize, plan_kernel
-from runner.summary import print_cached, print_failure, print_summary
+from runner.summary import headline, print_cached, print_failure, print_summary
 from runner.sweep import current_parent_run_id, in_sweep
 from runner.tracking import Recorder, comparable_params
 
@@ -50,8 +50,10 @@ def _run(cfg: DictConfig) -> Optional[float]:
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()
     try:
+        tiling = " ".join(f"{k}={v}" for k, v in cfg.kernel.params.items())
         recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
-                                          f"{size.label(cfg.kernel.operation)}", parent_run_id)
+                                          f"{size.label(cfg.kernel.operation)} {tiling}".strip(),
+                            parent_run_id)
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
         print_failure(f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: "
                       f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
@@ -79,7 +81,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
             earlier = find_measurement(recorder.experiment_id, key, recorder.run_id)
             if earlier is not None:
                 metrics = reuse(recorder, earlier)
-                recorder.finish(status="cached")
+                recorder.finish(status="cached", headline=headline(metrics))
                 print_cached(plan, backend_name, metrics, earlier.info.run_id, where)
                 return _rate(metrics)
         outcome = execute(cfg, backend, plan, recorder)
@@ -94,7 +96,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
     except BaseException as error:  # a bug or an interrupt: still recorded, then raised
         recorder.finish(f"{type(error).__name__}: {error}")
         raise
-    recorder.finish()
+    recorder.finish(headline=headline(outcome.metrics))
     print_summary(outcome, backend_name, where)
     return _rate(outcome.metrics)
 

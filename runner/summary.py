@@ -52,3 +52,16 @@ def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, wh
                   f"cached: measured in run {earlier_run_id[:8]}… with the same source, "
                   f"parameters, size, device and driver (+rerun=true measures again)")
     console.print(f"  recorded: {where}")
+
+
+def headline(metrics: dict) -> str:
+    """The run's result in a few words, appended to its MLflow run name: the runs table and the
+    compare view then show the rate and % of the vendor library first, without picking columns."""
+    if metrics.get("perf/gflops") is not None:
+        rate = f"{metrics['perf/gflops']:,.1f} GFLOPS"
+    elif metrics.get("bw/gbps") is not None:
+        rate = f"{metrics['bw/gbps']:,.1f} GB/s"
+    else:
+        return ""
+    pct = metrics.get("perf/pct_of_vendor")
+    return rate + ("" if pct is None else f" ({pct:.0f}% of vendor)")

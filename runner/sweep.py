@@ -151,6 +151,24 @@ class SweepSummary:
                 f"(measured before), {self.counts['refused']} refused by constraints or limits, "
                 f"{self.counts['failed']} failed")
 
+    def markdown(self, expected: Optional[int] = None) -> str:
+        """The best configuration per kernel and size, and the counts: the parent run's
+        description, the first thing its page in the MLflow UI shows."""
+        heading = "Best configuration per kernel and size:"
+        lines = [heading, "",
+                 "| kernel | size | backend | device | tiling | rate | % of vendor |",
+                 "| --- | --- | --- | --- | --- | ---: | ---: |"]
+        for (kernel, size, backend, device), run in sorted(self.best.items()):
+            pct = run.data.metrics.get("perf/pct_of_vendor")
+            lines.append(f"| {kernel} | {size} | {backend} | {device} | {_tiling(run)} | "
+                         f"{_rate(run):,.1f} {_unit(run)} | "
+                         f"{'—' if pct is None else f'{pct:.1f}%'} |")
+        if not self.best:
+            lines = [heading, "", "(no configuration was measured)"]
+        lines += ["", self.counts_line(expected) + "."]
+        lines += [f"- {count} × {reason}" for reason, count in self.reasons.most_common(20)]
+        return "\n".join(lines) + "\n"
+
     def rows(self) -> list[dict[str, Any]]:
         """One row per child, for the CSV and MLflow table artifacts."""
         rows = []
@@ -179,7 +197,7 @@ def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
 
 def _progress_line(summary: SweepSummary) -> str:
     running = [r for r in summary.runs if r.info.status == "RUNNING"]
-    now = ", ".join(f"{r.info.run_name} {_tiling(r)}".strip() for r in running[:2]) or "—"
+    now = ", ".join(r.info.run_name for r in running[:2]) or "—"
     best = summary.best_overall()
     best_text = "—" if best is None else (
         f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get('kernel.name')} {_size(best)} "
@@ -273,15 +291,13 @@ class SweepRecorder(Callback):
         from mlflow.tracking import MlflowClient
 
         from runner.store import ensure_store
-        from runner.tracking import _quiet_mlflow, provenance_tags
+        from runner.tracking import _quiet_mlflow, experiment_for, provenance_tags
 
         tracking = config.tracking
         ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
         _quiet_mlflow()
         client = MlflowClient(tracking.uri)
-        experiment = client.get_experiment_by_name(tracking.experiment)
-        experiment_id = experiment.experiment_id if experiment else \
-            client.create_experiment(tracking.experiment)
+        experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
         self._expected = expected_jobs(config)
         described = " ".join(f"{k}={v}" for k, v in definition.items())
@@ -335,9 +351,12 @@ class SweepRecorder(Callback):
                           if "device.name" in r.data.tags})
         client.set_tag(parent, "device.name", ", ".join(devices) or "—")
         if best is not None:
-            client.set_tag(parent, "gemmlab.sweep.best",
-                           f"{best.data.params.get('kernel.name')} {_size(best)} "
-                           f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
+            described = (f"{best.data.params.get('kernel.name')} {_size(best)} "
+                         f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
+            client.set_tag(parent, "gemmlab.sweep.best", described)
+            client.set_tag(parent, "mlflow.runName",
+                           f"best {_rate(best):,.1f} {_unit(best)} · {self._name}"[:250])
+        client.set_tag(parent, "mlflow.note.content", summary.markdown(self._expected))
         rows = summary.rows()
         if rows:
             buffer = io.StringIO()
