@@ -1,3 +1,3 @@
-from runner.app import main
+from runner.cli import main
 
 main()

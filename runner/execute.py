@@ -6,10 +6,10 @@ still recorded with what it had.
 """
 
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
-from runner.errors import RunError, VerificationError
+from runner.errors import VerificationError
 from runner.limits import check_kernel_limits, check_launch_limits, check_memory
 from runner.operations import CheckResult, Problem, check_result, make_problem
 from runner.paths import kernel_source_path
@@ -79,13 +79,12 @@ def compile_once(backend: Backend, source: str, file_name: str, entries: list[st
     return _programs[key]
 
 
-def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem) -> PreparedRun:
-    """Compile the plan's source with its defines, upload the inputs, allocate the rest."""
+def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
+            kernel_dirs: Sequence[str] = ()) -> PreparedRun:
+    """Compile the plan's source (from the user's `kernel_dirs` first, then the packaged
+    kernels) with its defines, upload the inputs, allocate the rest."""
     file_name = getattr(sources_cfg, backend.name)
-    path = kernel_source_path(backend.name, file_name)
-    if not path.is_file():
-        raise RunError(f"{plan.name}: source {path} does not exist")
-    source = path.read_text()
+    source = kernel_source_path(backend.name, file_name, kernel_dirs).read_text()
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers)
     artifact = source_with_defines(source, program.options, plan.defines)
@@ -135,7 +134,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         buffer_floats["baseline copy"] = problem.inputs["src"].size
     check_memory(plan, device, buffer_floats)
 
-    prepared = prepare(backend, cfg.kernel.sources, plan, problem)
+    prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs)
     recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
     recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
     resources = dict(prepared.program.resources)

@@ -14,6 +14,7 @@ from typing import Optional
 
 from runner import __version__
 from runner.backends.base import Backend
+from runner.errors import RunError
 from runner.paths import kernel_source_path
 from runner.spec import KernelPlan
 
@@ -27,9 +28,11 @@ _COPIED_TAGS = ("device.name", "device.vendor", "device.platform", "device.drive
 
 def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
     """The key of what this run would measure, or None when its source cannot be read."""
-    path = kernel_source_path(backend.name, getattr(cfg.kernel.sources, backend.name))
-    if not path.is_file():
-        return None
+    try:
+        path = kernel_source_path(backend.name, getattr(cfg.kernel.sources, backend.name),
+                                  cfg.kernel_dirs)
+    except RunError:
+        return None  # the run itself says why, when it compiles
     device = backend.device_info()
     identity = {
         "backend": backend.name, "device": device.name, "platform": device.platform,

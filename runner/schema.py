@@ -121,6 +121,10 @@ class Config:
     timing: TimingConfig = field(default_factory=TimingConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     check: CheckConfig = field(default_factory=CheckConfig)
+    # Folders with the user's own kernel sources (each holding opencl/ and cuda/), searched before
+    # GEMMLAB_KERNEL_PATH's and the packaged kernels: adding a kernel never means editing the
+    # installed package.
+    kernel_dirs: List[str] = field(default_factory=list)
 
 
 def register_configs() -> None:

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from runner import __version__
-from runner.paths import REPO_ROOT
+from runner.paths import PACKAGE_DIR, checkout_root
 from runner.store import ensure_store
 
 
@@ -73,22 +73,33 @@ def comparable_params(cfg: DictConfig) -> dict[str, str]:
     return params
 
 
-def git_commit() -> Optional[str]:
-    """The checkout's commit ("-dirty" with uncommitted changes to tracked files).
+def git_commit(package_dir: Path = PACKAGE_DIR) -> Optional[str]:
+    """The commit of the gemmlab checkout the package runs from ("-dirty" with uncommitted
+    changes to tracked files); None for an installed wheel.
 
+    Only a work tree whose top level is the checkout holding the package counts: a wheel in a
+    venv's site-packages is not that checkout's code even when the venv sits inside it, nor is
+    any other repository that happens to contain the package or the working directory.
     GEMMLAB_GIT_COMMIT stands in where the tree travelled without its .git (a lent GPU host).
     """
     if os.environ.get("GEMMLAB_GIT_COMMIT"):
         return os.environ["GEMMLAB_GIT_COMMIT"]
+    checkout = checkout_root(package_dir)
+    if checkout is None:
+        return None
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(checkout), *args], capture_output=True,
+                              text=True, timeout=10, check=True).stdout.strip()
+
     try:
-        commit = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"],
-                                capture_output=True, text=True, timeout=10, check=True)
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain",
-                                "--untracked-files=no"],
-                               capture_output=True, text=True, timeout=10, check=True)
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != checkout.resolve():
+            return None  # the checkout's files are untracked in an enclosing repository
+        commit = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.SubprocessError):
         return None
-    return commit.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    return commit + ("-dirty" if dirty else "")
 
 
 class Recorder:

@@ -32,7 +32,7 @@ if args.drop_barrier is not None:
         ";" + part for part in parts[args.drop_barrier + 1:])
     path = Path(args.scratch)
     path.write_text(edited)
-    runner.execute.kernel_source_path = lambda backend, name: path
+    runner.execute.kernel_source_path = lambda backend, name, *dirs: path
 
 backend = OpenCLBackend(platform="Oclgrind")
 cfg = compose_config(f"kernel={args.kernel}", *args.overrides)

@@ -81,7 +81,7 @@ def test_wrong_result_fails_verification_and_reports_no_speed(store, tmp_path, m
     source = runner.execute.kernel_source_path("opencl", "matmul_2.cl").read_text()
     broken.write_text(source.replace("acc += Asub[ty][k] * Bsub[k][tx];",
                                      "acc += Asub[ty][k] * Bsub[k][tx] * 1.001f;"))
-    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name: broken)
+    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name, *dirs: broken)
     reason = run_failing(store, "kernel=matmul_2", "size=48")
     assert "wrong result" in reason and "exceeds the tolerance" in reason
 

@@ -49,7 +49,7 @@ def test_a_kernel_that_skips_elements_is_caught(cpu_backend, tmp_path, monkeypat
     broken.write_text((runner.execute.kernel_source_path("opencl", "matmul_1.cl")).read_text()
                       .replace("if (row >= M || col >= N) return;",
                                "if (row >= M || col >= N || (row == 3 && col == 5)) return;"))
-    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name: broken)
+    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name, *dirs: broken)
     result = _run(cpu_backend, "matmul_1", {"TS": 16}, (17, 33, 9))
     assert not result.passed
     assert "[3, 5]" in result.detail
