@@ -17,6 +17,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,7 +249,7 @@ class _ProgressMonitor:
 
 
 def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_name: str,
-                        parent_run_id: str, uri: str) -> None:
+                        parent_run_id: str, uri: str, overhead: Optional[float] = None) -> None:
     from rich.table import Table
 
     from runner.summary import console
@@ -268,7 +269,9 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
                               else []))
     if summary.best:
         console.print(table)
-    console.print(summary.counts_line(expected))
+    console.print(summary.counts_line(expected) + (
+        f"; {overhead:.2f} s per job beyond the kernels' own work" if overhead is not None
+        else ""))
     for reason, count in summary.reasons.most_common(10):
         console.print(f"  {count} × {reason}")
     if len(summary.reasons) > 10:
@@ -317,6 +320,7 @@ class SweepRecorder(Callback):
         if self._expected is not None:
             client.log_param(run.info.run_id, "sweep.expected_jobs", self._expected)
         os.environ[PARENT_ENV] = run.info.run_id
+        self._started = time.monotonic()
         self._monitor = _ProgressMonitor(tracking.uri, experiment_id, run.info.run_id,
                                          self._expected)
         atexit.register(self._end, "KILLED")  # an interrupted sweep still closes its parent
@@ -331,16 +335,26 @@ class SweepRecorder(Callback):
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
         summary = SweepSummary.of(sweep_children(self._client, self._experiment_id, parent))
+        metrics = {}
         try:
-            self._log_summary(parent, summary)
+            metrics = self._log_summary(parent, summary)
         finally:
             self._client.set_terminated(parent, status)
-        print_sweep_summary(summary, self._expected, self._name, parent, self._uri)
+        print_sweep_summary(summary, self._expected, self._name, parent, self._uri,
+                            metrics.get("sweep/overhead_s_per_job"))
 
-    def _log_summary(self, parent: str, summary: SweepSummary) -> None:
+    def _log_summary(self, parent: str, summary: SweepSummary) -> dict:
+        """Counts, overhead, best, the summary table, the report and the reasons, on the
+        parent; returns the metrics logged."""
         client = self._client
         metrics = {f"sweep/{status}": float(summary.counts[status]) for status in STATUSES}
         metrics["sweep/jobs"] = float(summary.finished)
+        if summary.finished:  # what a job costs beyond its kernel's checked launch and timing
+            work = sum(run.data.metrics.get("time_s/kernel_work", 0.0) for run in summary.runs
+                       if _status(run) == "ok")
+            metrics["sweep/wall_s"] = time.monotonic() - self._started
+            metrics["sweep/overhead_s_per_job"] = (metrics["sweep/wall_s"] - work) / \
+                summary.finished
         best = summary.best_overall()
         if best is not None:
             metrics["sweep/best_gflops" if _unit(best) == "GFLOPS" else "sweep/best_gbps"] = \
@@ -370,6 +384,7 @@ class SweepRecorder(Callback):
         lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
         lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
         client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
+        return metrics
 
     def _log_report(self, parent: str, summary: SweepSummary) -> None:
         """The report's page and plots of this sweep (best configuration per step and size)."""

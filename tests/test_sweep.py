@@ -253,3 +253,22 @@ def test_the_search_space_matches_its_grid_and_the_allowed_values(search, grid):
         assert values == [int(v) for v in str(gridded[key]).split(",")], key
         assert set(values) <= set(allowed[key.rsplit(".", 1)[-1]]), key
     assert set(searched) == set(gridded)
+
+
+def test_the_tuning_page_compares_the_search_with_the_grid(tmp_path):
+    from runner.tuning import main as tuning_main
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    space = ["kernel.params.TS=8,16", "kernel.params.WPT=1,2,4"]
+    sweep(tmp_path, "kernel=matmul_3", "size=48", *space, "tracking.experiment=tuning",
+          f"tracking.uri={store}")
+    sweep(tmp_path, "+search=matmul_3", "size=48", "hydra.sweeper.n_trials=4",
+          "tracking.experiment=tuning", f"tracking.uri={store}")
+    page, image = tuning_main(["--experiment", "tuning", "--uri", store,
+                               "--out", str(tmp_path / "pages")])
+    text = page.read_text()
+    assert "grid: parent run" in text and "6 points (6 measured, 0 refused" in text
+    assert "search: parent run" in text and "4 trials" in text
+    assert ("reached the grid's best (or better) at trial" in text
+            or "did not reach the grid's best in 4 trials" in text)
+    assert image.stat().st_size > 10_000
