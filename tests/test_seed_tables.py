@@ -62,6 +62,13 @@ def test_preset_sweeps_every_row_at_the_tables_sizes(name):
     assert [int(s) for s in swept["size"]] == table.sizes
     assert cfg.timing.warmup == table.timing["warmup"]
     assert cfg.timing.repeats == table.timing["repeats"]
+    # The GPU commands the pages are meant for compose too.
+    last = f"seed_row/{name}={table.rows[-1].id}"
+    cuda = compose_config(f"+experiment={table.experiment}", "backend=cuda", last)
+    assert (cuda.backend.name, cuda.kernel.name) == ("cuda", table.rows[-1].kernel)
+    nvidia = compose_config(f"+experiment={table.experiment}", "backend=opencl",
+                            "backend.platform=NVIDIA", last)
+    assert (nvidia.backend.platform, nvidia.kernel.name) == ("NVIDIA", table.rows[-1].kernel)
 
 
 def test_generated_configs_are_up_to_date():
