@@ -28,11 +28,13 @@ transpose-ladder:   ## the copy/transpose ladder over 1024..16384
 report:             ## results pages from MLflow; e.g. make report ARGS="--experiment sgemm_ladder"
 	$(PYTHON) -m runner.report $(ARGS)
 
-PAGE_ARGS ?=
+PAGE_ARGS ?=        # to the pages, e.g. PAGE_ARGS="--uri sqlite:///other.db"
 SEED_TABLES ?= cuda_learning_transpose cuda_learning_matmul prefetch_tiling mygemm_progression
 
-seed-tables:        ## measure each seed table, write docs/seeds/; e.g. ARGS="backend=cuda" (PAGE_ARGS: to the pages)
+seed-tables:        ## measure the seeds' tables, write docs/seeds/; e.g. ARGS="backend=cuda"
 	for table in $(SEED_TABLES); do \
 	  $(PYTHON) -m runner -m +experiment=seed_$$table $(ARGS) || exit 1; \
 	done
-	for table in $(SEED_TABLES); do $(PYTHON) -m runner.seed_tables $$table $(PAGE_ARGS) || exit 1; done
+	for table in $(SEED_TABLES); do \
+	  $(PYTHON) -m runner.seed_tables $$table $(PAGE_ARGS) || exit 1; \
+	done
