@@ -2,7 +2,7 @@
 PYTHON ?= python
 ARGS ?=
 
-.PHONY: install run test test-gpu ui sgemm-ladder transpose-ladder report
+.PHONY: install run test test-gpu ui sgemm-ladder transpose-ladder report seed-tables
 
 install:            ## editable install with the CUDA compiler and the test tools
 	$(PYTHON) -m pip install -e ".[cuda,test]"
@@ -27,3 +27,14 @@ transpose-ladder:   ## the copy/transpose ladder over 1024..16384
 
 report:             ## results pages from MLflow; e.g. make report ARGS="--experiment sgemm_ladder"
 	$(PYTHON) -m runner.report $(ARGS)
+
+PAGE_ARGS ?=        # to the pages, e.g. PAGE_ARGS="--uri sqlite:///other.db"
+SEED_TABLES ?= cuda_learning_transpose cuda_learning_matmul prefetch_tiling mygemm_progression
+
+seed-tables:        ## measure the seeds' tables, write docs/seeds/; e.g. ARGS="backend=cuda"
+	for table in $(SEED_TABLES); do \
+	  $(PYTHON) -m runner -m +experiment=seed_$$table $(ARGS) || exit 1; \
+	done
+	for table in $(SEED_TABLES); do \
+	  $(PYTHON) -m runner.seed_tables $$table $(PAGE_ARGS) || exit 1; \
+	done
