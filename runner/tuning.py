@@ -82,6 +82,11 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     xs = [i + 1 for i, best in enumerate(curve) if best is not None]
     ax.step(xs, [best for best in curve if best is not None], where="post",
             label="Optuna (TPE): best so far")
+    scored = [(i + 1, _rate(t)) for i, t in enumerate(trials)
+              if status(t) in ("ok", "cached") and _rate(t)]
+    ax.scatter([x for x, _ in scored], [y for _, y in scored], s=14, color="tab:blue",
+               alpha=0.5, label="a measured trial (refused trials have no point)")
+    ax.set_xlim(0, len(trials) + 1)
     ax.axhline(_rate(grid_best), color="k", linestyle="--",
                label=f"grid's best ({len(points)} points, {len(measured)} measured)")
     if reached:
@@ -110,7 +115,9 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
         f"- grid: parent run `{grid.info.run_id}`, {len(points)} points ({len(measured)} "
         f"measured, {refused} refused by the constraints), "
         f"`{grid.data.tags.get('gemmlab.command', '?')}`",
-        f"- search: parent run `{search.info.run_id}`, {len(trials)} trials, "
+        f"- search: parent run `{search.info.run_id}`, {len(trials)} trials "
+        f"({len(scored)} measured, {sum(status(t) == 'refused' for t in trials)} refused by "
+        f"the constraints, each in a fraction of a second), "
         f"`{search.data.tags.get('gemmlab.command', '?')}`", "",
         "| | configuration | rate | % of vendor |", "| --- | --- | ---: | ---: |",
         f"| grid's best | {_tiling(grid_best)} | {_rate(grid_best):,.0f} {unit} | "
