@@ -56,9 +56,12 @@ def sweep_definition(config: DictConfig) -> dict[str, str]:
         definition[str(key)] = str(value)
     parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
     for override in parsed:
+        key, _, values = override.input_line.partition("=")
+        key = key.lstrip("+~")
         if override.is_sweep_override():
-            key, _, values = override.input_line.partition("=")
-            definition[key.lstrip("+~")] = values
+            definition[key] = values
+        else:  # a value fixed on the command line replaces the sweeper's list for that key
+            definition.pop(key, None)
     return definition
 
 
@@ -138,6 +141,13 @@ class SweepSummary:
                 summary.best[cell] = run
         return summary
 
+    def ordered_best(self) -> list:
+        """The best runs by kernel, then size (numerically), backend and device."""
+        def order(item):
+            (kernel, size, backend, device), _ = item
+            return kernel, tuple(int(n) for n in size.split("x") if n.isdigit()), backend, device
+        return sorted(self.best.items(), key=order)
+
     @property
     def finished(self) -> int:
         return sum(self.counts[s] for s in STATUSES)
@@ -159,7 +169,7 @@ class SweepSummary:
         lines = [heading, "",
                  "| kernel | size | backend | device | tiling | rate | % of vendor |",
                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
-        for (kernel, size, backend, device), run in sorted(self.best.items()):
+        for (kernel, size, backend, device), run in self.ordered_best():
             pct = run.data.metrics.get("perf/pct_of_vendor")
             lines.append(f"| {kernel} | {size} | {backend} | {device} | {_tiling(run)} | "
                          f"{_rate(run):,.1f} {_unit(run)} | "
@@ -261,14 +271,14 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
                ("tiling", "left"), ("rate", "right"), ("% of vendor", "right")]
     for column, justify in columns + ([("", "left")] if any_cached else []):
         table.add_column(column, justify=justify, no_wrap=column != "tiling")
-    for (kernel, size, backend, device), run in sorted(summary.best.items()):
+    for (kernel, size, backend, device), run in summary.ordered_best():
         pct = run.data.metrics.get("perf/pct_of_vendor")
         row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
                "—" if pct is None else f"{pct:.1f}%"]
         table.add_row(*row, *(["cached" if _status(run) == "cached" else ""] if any_cached
                               else []))
-    if summary.best:
-        console.print(table)
+    if summary.best:  # in a log or a pipe, as wide as the table needs rather than 80 columns
+        console.print(table, width=None if console.is_terminal else 240)
     console.print(summary.counts_line(expected) + (
         f"; {overhead:.2f} s per job beyond the kernels' own work" if overhead is not None
         else ""))
