@@ -157,7 +157,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
 
     enqueue, buffers = prepared.enqueue, prepared.buffers
     samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
-                      f"{plan.name} on {backend.name}")
+                      f"{plan.name} on {backend.name}",
+                      backend.flush_cache if cfg.timing.flush_l2 else None)
     metrics["time_s/kernel_work"] = time.perf_counter() - started
     stats = TimeStats.of(samples)
     seconds = stats.median * 1e-3

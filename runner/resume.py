@@ -40,7 +40,7 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
         "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "params": dict(plan.params), "max_registers": plan.max_registers,
         "size": plan.size.as_names(), "seed": cfg.seed,
-        "timing": [cfg.timing.warmup, cfg.timing.repeats],
+        "timing": [cfg.timing.warmup, cfg.timing.repeats, cfg.timing.flush_l2],
         "check": [cfg.check.tolerance, cfg.check.full_reference_max_macs,
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,

@@ -89,6 +89,9 @@ class CUDAConfig:
 class TimingConfig:
     warmup: int = 5  # untimed launches after the checked one
     repeats: int = 20  # timed launches; the median is the headline number
+    # Evict L2 before every sample (warm-up and timed, the kernel's and the baseline's), so each
+    # starts with its inputs in device memory only: the cold-cache figure.
+    flush_l2: bool = False
 
 
 @dataclass

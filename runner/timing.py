@@ -1,7 +1,7 @@
 """Warm-up, repetitions and their statistics. Each sample comes from device events."""
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 from runner import progress as progress_bars
@@ -26,16 +26,18 @@ class TimeStats:
 
 
 def measure(time_once_ms: Callable[[], float], warmup: int, repeats: int,
-            label: str) -> list[float]:
-    """Run `warmup` untimed samples, then return `repeats` timed ones (milliseconds)."""
+            label: str, before_each: Optional[Callable[[], None]] = None) -> list[float]:
+    """Run `warmup` untimed samples, then return `repeats` timed ones (milliseconds).
+    `before_each` (e.g. an L2 flush) runs before every sample, outside its timed span."""
     if repeats < 1:
         raise ValueError("timing.repeats must be >= 1")
     samples = []
     with progress_bars.task(label, warmup + repeats) as (progress, task):
-        for _ in range(max(0, warmup)):
-            time_once_ms()
-            progress.advance(task)
-        for _ in range(repeats):
-            samples.append(time_once_ms())
+        for index in range(max(0, warmup) + repeats):
+            if before_each is not None:
+                before_each()
+            sample = time_once_ms()
+            if index >= warmup:
+                samples.append(sample)
             progress.advance(task)
     return samples

@@ -69,6 +69,7 @@ def comparable_params(cfg: DictConfig) -> dict[str, str]:
     params.update({"M": str(cfg.m), "N": str(cfg.n), "K": str(cfg.k), "dtype": "float32",
                    "seed": str(cfg.seed), "timing.warmup": str(cfg.timing.warmup),
                    "timing.repeats": str(cfg.timing.repeats),
+                   "timing.flush_l2": str(cfg.timing.flush_l2),
                    "check.tolerance": str(cfg.check.tolerance)})
     return params
 

@@ -1,8 +1,10 @@
-"""Run one kernel once on the Oclgrind simulator and print whether it verified.
+"""Run one kernel once and print whether it verified: on the Oclgrind simulator, or on a CUDA
+GPU (under compute-sanitizer).
 
-Used by test_races.py in a subprocess: Oclgrind reads OCLGRIND_DATA_RACES when it loads, and it
-writes its race reports to stderr. `--drop-barrier N` removes the N-th barrier of the source first,
-so the test can show that a missing barrier is caught.
+Used in a subprocess by test_races.py (Oclgrind reads OCLGRIND_DATA_RACES when it loads and
+writes its race reports to stderr) and by test_sanitizer.py (`--backend cuda`, run under
+`compute-sanitizer --tool memcheck|racecheck|synccheck`). `--drop-barrier N` removes the N-th
+barrier of the source first, so the tests can show that a missing barrier is caught.
 """
 
 import argparse
@@ -19,23 +21,30 @@ from runner.spec import ProblemSize, plan_kernel
 parser = argparse.ArgumentParser()
 parser.add_argument("kernel")
 parser.add_argument("size", help="MxNxK")
+parser.add_argument("--backend", choices=["oclgrind", "cuda"], default="oclgrind")
 parser.add_argument("--drop-barrier", type=int, default=None)
 parser.add_argument("--scratch", default=None, help="where to write an edited source")
 parser.add_argument("overrides", nargs="*", help="config overrides, e.g. kernel.params.TS=32")
 args = parser.parse_args()
 
+language, suffix, barrier = (("cuda", "cu", "__syncthreads();") if args.backend == "cuda"
+                             else ("opencl", "cl", "barrier(CLK_LOCAL_MEM_FENCE);"))
 if args.drop_barrier is not None:
-    source = runner.execute.kernel_source_path("opencl", f"{args.kernel}.cl").read_text()
-    parts = source.split("barrier(CLK_LOCAL_MEM_FENCE);")
+    source = runner.execute.kernel_source_path(language, f"{args.kernel}.{suffix}").read_text()
+    parts = source.split(barrier)
     kept = parts[: args.drop_barrier + 1]
-    edited = "barrier(CLK_LOCAL_MEM_FENCE);".join(kept) + "".join(
-        ";" + part for part in parts[args.drop_barrier + 1:])
+    edited = barrier.join(kept) + "".join(";" + part for part in parts[args.drop_barrier + 1:])
     path = Path(args.scratch)
     path.write_text(edited)
     runner.execute.kernel_source_path = lambda backend, name, *dirs: path
 
-backend = OpenCLBackend(platform="Oclgrind")
-cfg = compose_config(f"kernel={args.kernel}", *args.overrides)
+if args.backend == "cuda":
+    from runner.backends.cuda import CUDABackend
+
+    backend = CUDABackend(0)
+else:
+    backend = OpenCLBackend(platform="Oclgrind")
+cfg = compose_config(f"kernel={args.kernel}", f"backend={language}", *args.overrides)
 plan = plan_kernel(cfg.kernel, ProblemSize(*(int(v) for v in args.size.split("x"))))
 problem = make_problem(plan.operation, plan.size, seed=5)
 prepared = prepare(backend, cfg.kernel.sources, plan, problem)

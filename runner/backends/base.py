@@ -101,3 +101,9 @@ class Backend(ABC):
 
     @abstractmethod
     def synchronize(self) -> None: ...
+
+    @abstractmethod
+    def flush_cache(self) -> None:
+        """Evict the kernel's data from the device's last-level cache (L2 on a GPU) by writing a
+        buffer twice its size, enqueued before the next launch and never inside a timed span:
+        `timing.flush_l2=true` calls it before every sample, so each one starts cold."""

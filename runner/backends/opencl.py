@@ -260,3 +260,13 @@ class OpenCLBackend(Backend):
 
     def synchronize(self) -> None:
         self.queue.finish()
+
+    def flush_cache(self) -> None:
+        if getattr(self, "_flush_buffer", None) is None:
+            cache = int(self.device.global_mem_cache_size or 0)
+            self._flush_bytes = max(2 * cache, 64 << 20)
+            self._flush_buffer = cl.Buffer(self.context, cl.mem_flags.READ_WRITE,
+                                           size=self._flush_bytes)
+        # In-order queue: done before the next launch; its own event is never timed.
+        cl.enqueue_fill_buffer(self.queue, self._flush_buffer, np.float32(0), 0,
+                               self._flush_bytes)

@@ -1,0 +1,66 @@
+"""The runner's timing against an independent timer (marked `gpu`): the median of the runner's
+per-launch device events, and a bare loop timed from outside (CUDA: one event pair around many
+back-to-back launches; OpenCL: the host clock around many launches and a queue finish). They
+must agree within 2% for a kernel that runs long enough for launch gaps not to matter."""
+
+import time
+
+import numpy as np
+import pytest
+
+from conftest import compose_config, requires_cuda_gpu, requires_nvidia_opencl
+from runner.backends import make_backend
+from runner.execute import checked_launch, prepare
+from runner.operations import make_problem
+from runner.spec import ProblemSize, plan_kernel
+from runner.timing import TimeStats, measure
+
+pytestmark = pytest.mark.gpu
+LOOP = 50
+
+
+def _prepared(*backend_overrides):
+    cfg = compose_config("kernel=matmul_9", *backend_overrides)
+    backend = make_backend(cfg.backend)
+    plan = plan_kernel(cfg.kernel, ProblemSize(4096, 4096, 4096))
+    problem = make_problem(plan.operation, plan.size, seed=0)
+    prepared = prepare(backend, cfg.kernel.sources, plan, problem)
+    assert checked_launch(backend, prepared, problem, cfg.check, seed=0).passed
+    runner_median = TimeStats.of(measure(lambda: backend.time_ms(prepared.enqueue), 10, 50,
+                                         "runner")).median
+    return backend, prepared, runner_median
+
+
+@requires_cuda_gpu
+def test_cuda_events_agree_with_a_bare_event_loop():
+    backend, prepared, runner_median = _prepared("backend=cuda")
+    import cupy
+
+    start, end = cupy.cuda.Event(), cupy.cuda.Event()
+    loops = []
+    for _ in range(5):
+        start.record()
+        for _ in range(LOOP):
+            prepared.enqueue()
+        end.record()
+        end.synchronize()
+        loops.append(cupy.cuda.get_elapsed_time(start, end) / LOOP)
+    bare = float(np.median(loops))
+    print(f"runner median {runner_median:.4f} ms, bare event loop {bare:.4f} ms")
+    assert abs(runner_median - bare) / bare <= 0.02
+
+
+@requires_nvidia_opencl
+def test_opencl_profiling_events_agree_with_the_host_clock():
+    backend, prepared, runner_median = _prepared("backend=opencl", "backend.platform=NVIDIA")
+    loops = []
+    for _ in range(5):
+        backend.synchronize()
+        began = time.perf_counter()
+        for _ in range(LOOP):
+            prepared.enqueue()
+        backend.synchronize()
+        loops.append((time.perf_counter() - began) * 1e3 / LOOP)
+    bare = float(np.median(loops))
+    print(f"runner median {runner_median:.4f} ms, host clock {bare:.4f} ms")
+    assert abs(runner_median - bare) / bare <= 0.02
