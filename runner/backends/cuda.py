@@ -14,6 +14,30 @@ from runner.errors import RunError
 os.environ["CUPY_TF32"] = "0"
 
 
+# Events time what the GPU does between them, idle time included. Recorded on an idle GPU, the
+# start event fires at once and the kernel starts only when the host has launched it, some
+# microseconds later: 10% of a 50 µs transpose. A short kernel that spins first keeps the queue
+# busy while the start event and the launches are enqueued, so the start event fires right
+# before the first launch begins (NVBench's blocking kernel, with a timer instead of a flag).
+_HOLD_SOURCE = r"""
+extern "C" __global__ void gemmlab_hold_queue(unsigned long long ns) {
+    unsigned long long start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+HOLD_NS = 200_000  # far longer than enqueueing an event and a few launches from Python
+_hold_kernels: dict[int, Any] = {}
+
+
+def hold_queue(cupy) -> None:
+    """Enqueue the spin kernel on the current device's current stream (before a start event)."""
+    device = cupy.cuda.Device().id
+    if device not in _hold_kernels:
+        _hold_kernels[device] = cupy.RawKernel(_HOLD_SOURCE, "gemmlab_hold_queue")
+    _hold_kernels[device]((1,), (1,), (np.uint64(HOLD_NS),))
+
+
 def gpu_count() -> int:
     """Number of CUDA GPUs CuPy can see (0 when CuPy or the driver is missing)."""
     try:
@@ -166,6 +190,7 @@ class CUDABackend(Backend):
 
     def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
         start, end = self._cupy.cuda.Event(), self._cupy.cuda.Event()
+        hold_queue(self._cupy)
         start.record()
         enqueue()
         end.record()
