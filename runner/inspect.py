@@ -96,6 +96,8 @@ def print_inspection(inspection, folder: Path) -> None:
 LADDER_COLUMNS = ["step", "registers", "spill st/ld (B)", "shared (B)", "barriers",
                   "instructions", "FFMA share", "loop FFMA share", "LDS (.128)", "LDG (.128)",
                   "LDGSTS (.128)", "BAR", "FFMA bank conflicts"]
+SHORT_COLUMNS = ["step", "regs", "spills", "shared", "bars", "instr", "FFMA", "loop FFMA",
+                 "LDS (.128)", "LDG (.128)", "LDGSTS (.128)", "BAR", "bank confl."]
 
 
 def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> list[str]:
@@ -145,11 +147,11 @@ def run_ladder(name: str, overrides: list[str], out: Path) -> int:
     path = out / f"{name}-{backend}.md"
     path.write_text(text)
     table = Table(title=f"the {name} ladder · {backend} · {target}", title_justify="left")
-    for column in LADDER_COLUMNS:
+    for column in SHORT_COLUMNS:
         table.add_column(column, justify="left" if column == "step" else "right", no_wrap=True)
     for row in rows:
         table.add_row(*row)
-    Console(highlight=False, width=max(console.width, 140)).print(table)
+    Console(highlight=False, width=max(console.width, 160)).print(table)
     console.print(f"  written: {path} (and each step's files in {out}/<step>-{backend}/)")
     return 1 if failed else 0
 
