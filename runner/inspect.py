@@ -16,8 +16,10 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+from hydra.errors import HydraException
 from omegaconf import OmegaConf
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from runner.errors import RunError
@@ -180,8 +182,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         folder = write_files(inspection, args.out / f"{cfg.kernel.name}-{cfg.backend.name}")
         print_inspection(inspection, folder)
         return 0
-    except RunError as error:
-        console.print(f"[bold red]gemmlab inspect: error:[/] {error}")
+    except (RunError, HydraException) as error:  # a refused value, a typo in a key
+        console.print(f"[bold red]gemmlab inspect: error:[/] {escape(str(error))}")
         return 1
 
 

@@ -6,6 +6,7 @@ binary once, loops not weighted by their trip counts); the main loop's own mix i
 the whole kernel's because that is where the time goes.
 """
 
+import bisect
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -96,10 +97,11 @@ def main_loop(instructions: list[Instruction]) -> Optional[list[Instruction]]:
     instructions): the instructions from a backward branch's target to the branch. None when
     the function has no backward branch."""
     best, best_key = None, None
-    for branch in instructions:
+    addresses = [i.address for i in instructions]  # ascending
+    for index, branch in enumerate(instructions):
         if branch.target is None or branch.target >= branch.address:
             continue  # forward, or the `BRA` to itself that pads a function's end
-        body = [i for i in instructions if branch.target <= i.address <= branch.address]
+        body = instructions[bisect.bisect_left(addresses, branch.target):index + 1]
         counts = Counter(i.base for i in body)
         key = (counts["FFMA"] + counts["FFMA32I"],
                counts["LDS"] + counts["LDG"] + counts["LDGSTS"] + counts["STS"], -len(body))

@@ -79,6 +79,8 @@ def test_opencl_on_the_cpu_writes_the_build_log_and_says_what_the_driver_cannot_
 def test_the_command_line_takes_the_runners_overrides_and_refuses_bad_values(tmp_path):
     assert inspect_cli.main(["--out", str(tmp_path), "backend=opencl", "kernel=matmul_2",
                              "backend.device_type=cpu", "kernel.params.TS=7"]) == 1
+    assert inspect_cli.main(["--out", str(tmp_path), "backend=cuda", "kernel=matmul_2",
+                             "kernel.parms.TS=16"]) == 1  # a typo fails at composition
 
 
 def test_a_run_records_the_inspection(tmp_path, monkeypatch):
