@@ -2,13 +2,16 @@
 PYTHON ?= python
 ARGS ?=
 
-.PHONY: install run test test-gpu ui sgemm-ladder transpose-ladder report seed-tables
+.PHONY: install run inspect test test-gpu ui sgemm-ladder transpose-ladder report seed-tables
 
 install:            ## editable install with the CUDA compiler and the test tools
 	$(PYTHON) -m pip install -e ".[cuda,test]"
 
 run:                ## one run; e.g. make run ARGS="backend=cuda kernel=matmul_9 size=4096"
 	$(PYTHON) -m runner $(ARGS)
+
+inspect:            ## PTX, SASS, registers, instruction mix; e.g. ARGS="backend=cuda kernel=matmul_9" or ARGS="--ladder sgemm backend=cuda"
+	$(PYTHON) -m runner.inspect $(ARGS)
 
 test:               ## the CPU test suite (what CI runs); GPU tests skip without a GPU
 	$(PYTHON) -m pytest -q

@@ -64,20 +64,45 @@ class PreparedRun:
     program: CompiledProgram
     buffers: dict
     enqueue: Callable[[], list]
+    source: str = ""  # as read, before the defines
 
 
 _programs: dict[tuple, CompiledProgram] = {}
+_inspections: dict[tuple, dict[str, str]] = {}
+
+
+def _program_key(backend: Backend, source: str, file_name: str, entries: list[str],
+                 defines: dict[str, int], max_registers) -> tuple:
+    return (id(backend), source, file_name, tuple(entries), tuple(sorted(defines.items())),
+            max_registers)
 
 
 def compile_once(backend: Backend, source: str, file_name: str, entries: list[str],
                  defines: dict[str, int], max_registers) -> CompiledProgram:
     """Compile a source with its defines once per backend and process (a sweep's jobs that
     differ only in size, or a re-run, reuse the program, its log and its resource report)."""
-    key = (id(backend), source, file_name, tuple(entries), tuple(sorted(defines.items())),
-           max_registers)
+    key = _program_key(backend, source, file_name, entries, defines, max_registers)
     if key not in _programs:
         _programs[key] = backend.compile(source, file_name, entries, defines, max_registers)
     return _programs[key]
+
+
+def inspect_once(backend: Backend, prepared: "PreparedRun", plan: KernelPlan) -> dict[str, str]:
+    """The inspection files of a compiled program (runner/inspection.py: summary.md, PTX, SASS
+    or the build log), made once per program like the program itself. Never fails a run: what
+    could not be made is said in summary.md."""
+    key = _program_key(backend, prepared.source, prepared.file_name, plan.entries, plan.defines,
+                       plan.max_registers)
+    if key not in _inspections:
+        try:
+            from runner.inspection import inspect_program
+
+            _inspections[key] = inspect_program(backend, prepared.source, prepared.file_name,
+                                                plan, prepared.program).files
+        except Exception as error:  # a missing or failing tool is a note, not a failed run
+            _inspections[key] = {"summary.md": f"# {plan.name}: no inspection\n\n"
+                                               f"{type(error).__name__}: {error}\n"}
+    return _inspections[key]
 
 
 def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
@@ -90,7 +115,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
                            plan.max_registers)
     artifact = source_with_defines(source, program.options, plan.defines)
     if program.kernels and all(kernel is None for kernel in program.kernels.values()):
-        return PreparedRun(file_name, artifact, program, {}, lambda: [])  # compile-only
+        return PreparedRun(file_name, artifact, program, {}, lambda: [], source)  # compile-only
     out_rows, out_cols = problem.output_shape
     buffers = {name: backend.upload(array) for name, array in problem.inputs.items()}
     buffers[problem.output_name] = backend.alloc(out_rows * out_cols)
@@ -103,7 +128,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
                                [values[arg] for arg in launch.args])
                 for launch in plan.launches]
 
-    return PreparedRun(file_name, artifact, program, buffers, enqueue)
+    return PreparedRun(file_name, artifact, program, buffers, enqueue, source)
 
 
 def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
@@ -138,6 +163,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs)
     recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
     recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
+    for name, text in inspect_once(backend, prepared, plan).items():
+        recorder.text(text, f"inspect/{name}")
     resources = dict(prepared.program.resources)
     metrics = resource_metrics(resources[plan.launches[-1].entry])
     for launch in plan.launches[:-1]:

@@ -16,6 +16,7 @@ class NvrtcOutput:
     cubin: bytes
     log: str
     options: list[str]
+    ptx: str = ""  # the PTX NVRTC made on the way (runner.inspect writes it out)
 
 
 def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
@@ -52,6 +53,8 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
         # NVRTC's getCUBIN has been seen to drop the final byte; an extra NUL is harmless to
         # the ELF loader and to cuobjdump, a missing one is not.
         cubin = nvrtc.getCUBIN(program) + b"\0"
+        ptx = nvrtc.getPTX(program)
+        ptx = (ptx.decode(errors="replace") if isinstance(ptx, bytes) else ptx).rstrip("\0")
     finally:
         nvrtc.destroyProgram(program)
-    return NvrtcOutput(cubin, log, options)
+    return NvrtcOutput(cubin, log, options, ptx)

@@ -193,7 +193,7 @@ class OpenCLBackend(Backend):
                 raise RunError(f"{source_name} has no kernel named {entry}") from None
             kernels[entry] = kernel
             resources[entry] = self._kernel_resources(kernel, reported.get(entry))
-        return CompiledProgram(kernels, build_log, options, resources)
+        return CompiledProgram(kernels, build_log, options, resources, keepalive=program)
 
     def _kernel_resources(self, kernel: "cl.Kernel",
                           reported: Optional[KernelResources]) -> KernelResources:

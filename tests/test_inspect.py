@@ -1,0 +1,127 @@
+"""`python -m runner.inspect` and the inspect/ artifacts of a run: CPU only (NVRTC and NVIDIA's
+disassemblers from pip for CUDA, the CPU's OpenCL driver for OpenCL)."""
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from conftest import SGEMM_KERNELS, compose_config
+from runner import inspect as inspect_cli
+from runner.inspection import find_tool
+from runner.sass import InstructionMix, ffma_bank_conflicts, main_loop, parse_sass
+
+needs_cuda_tools = pytest.mark.skipif(
+    find_tool("nvdisasm", "nvidia-cuda-nvdisasm") is None
+    and find_tool("cuobjdump", "nvidia-cuda-cuobjdump") is None,
+    reason="needs nvdisasm or cuobjdump (pip install -e '.[cuda]')")
+
+
+@pytest.fixture(scope="module")
+def matmul_9_cuda():
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    return inspect_cli.inspect_config(compose_config("backend=cuda", "kernel=matmul_9"))
+
+
+@needs_cuda_tools
+def test_matmul_9_cuda_is_register_tiled_with_wide_shared_loads_and_cp_async(matmul_9_cuda):
+    main = matmul_9_cuda.main
+    assert main.entry == "matmul_9"
+    assert main.resources.registers > 0
+    assert main.resources.spill_store_bytes == 0 and main.resources.spill_load_bytes == 0
+    assert main.barriers == 1
+    assert main.mix is not None and main.loop is not None, matmul_9_cuda.notes
+    assert main.loop.ffma_share > 0.5  # the main loop: where the time goes
+    assert main.mix.ffma_share > 0.5
+    assert main.mix.width_count("LDS", 128) > 0
+    assert main.mix.count("LDGSTS") > 0  # cp.async
+    assert main.mix.barriers > 0  # BAR
+    assert main.loop.barriers > 0
+    assert main.mix.bank_conflicts is not None
+    files = matmul_9_cuda.files
+    assert {"matmul_9.ptx", "matmul_9.sass", "ptxas.txt", "summary.md"} <= set(files)
+    assert ".entry matmul_9" in files["matmul_9.ptx"] and "cp.async" in files["matmul_9.ptx"]
+    assert "LDGSTS" in files["matmul_9.sass"]
+    assert "Used 255 registers" in files["ptxas.txt"] or "registers" in files["ptxas.txt"]
+    assert "| FFMA (share) |" in files["summary.md"] and "reg % 2" in files["summary.md"]
+
+
+@needs_cuda_tools
+def test_matmul_1_reads_no_shared_memory():
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    main = inspect_cli.inspect_config(compose_config("backend=cuda", "kernel=matmul_1")).main
+    assert main.mix is not None and main.mix.total > 0
+    assert main.mix.count("LDS") == 0 and main.mix.count("LDGSTS") == 0
+    assert main.mix.count("LDG") > 0 and main.mix.ffma > 0
+
+
+@needs_cuda_tools
+def test_the_ladder_table_lists_every_step(tmp_path, capsys):
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    assert inspect_cli.main(["--ladder", "sgemm", "--out", str(tmp_path), "backend=cuda"]) == 0
+    table = (tmp_path / "sgemm-cuda.md").read_text()
+    rows = [line for line in table.splitlines() if line.startswith("| matmul_")]
+    assert [row.split("|")[1].strip() for row in rows] == SGEMM_KERNELS
+    assert not any("failed" in row for row in rows)
+    for step in SGEMM_KERNELS:
+        assert (tmp_path / f"{step}-cuda" / "summary.md").is_file()
+    assert "matmul_9" in capsys.readouterr().out
+
+
+def test_opencl_on_the_cpu_writes_the_build_log_and_says_what_the_driver_cannot_tell(tmp_path):
+    assert inspect_cli.main(["--out", str(tmp_path), "backend=opencl", "backend.device_type=cpu",
+                             "kernel=matmul_2", "size=64"]) == 0
+    folder = tmp_path / "matmul_2-opencl"
+    assert (folder / "build_log.txt").read_text().strip()
+    summary = (folder / "summary.md").read_text()
+    assert "reports no registers" in summary
+    assert "| registers | — |" in summary  # absent, never 0
+
+
+def test_the_command_line_takes_the_runners_overrides_and_refuses_bad_values(tmp_path):
+    assert inspect_cli.main(["--out", str(tmp_path), "backend=opencl", "kernel=matmul_2",
+                             "backend.device_type=cpu", "kernel.params.TS=7"]) == 1
+    assert inspect_cli.main(["--out", str(tmp_path), "backend=cuda", "kernel=matmul_2",
+                             "kernel.parms.TS=16"]) == 1  # a typo fails at composition
+
+
+def test_a_run_records_the_inspection(tmp_path, monkeypatch):
+    from runner.app import run
+
+    monkeypatch.chdir(tmp_path)  # the sqlite store's artifacts go under ./mlruns
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2", "size=32",
+                         "timing.repeats=2", f"tracking.uri={store}")
+    assert run(cfg) > 0
+    client = MlflowClient(store)
+    experiment = client.get_experiment_by_name("gemmlab")
+    (recorded,) = client.search_runs([experiment.experiment_id])
+    names = {a.path for a in client.list_artifacts(recorded.info.run_id, "inspect")}
+    assert {"inspect/summary.md", "inspect/build_log.txt"} <= names
+
+
+SASS = """
+        .text.k:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   LDS.128 R4, [R2] ;
+        /*0020*/                   FFMA R10, R5, R7.reuse, R9 ;
+        /*0030*/                   FFMA R12, R3, R7, R11 ;
+        /*0040*/                   FFMA R14, R3, R5, R9 ;
+        /*0050*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0060*/              @P0 BRA `(.L_x_0) ;
+        /*0070*/                   EXIT ;
+.L_x_1:
+        /*0080*/                   BRA `(.L_x_1);
+        /*0090*/                   NOP;
+"""
+
+
+def test_the_sass_reader_counts_the_loop_and_the_bank_rule():
+    instructions = parse_sass(SASS)["k"]
+    assert len(instructions) == 9  # the NOP left out
+    loop = main_loop(instructions)
+    assert [i.address for i in loop] == [0x10, 0x20, 0x30, 0x40, 0x50, 0x60]
+    mix = InstructionMix.of(loop)
+    assert mix.ffma == 3 and mix.width_count("LDS", 128) == 1 and mix.barriers == 1
+    # R5, R7, R9: all odd, all read from the banks -> one conflict; R3, R7 (reuse), R11: R7
+    # comes from the reuse cache; R3, R5, R9: all odd -> a second one.
+    assert ffma_bank_conflicts(instructions) == 2
