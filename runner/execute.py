@@ -163,8 +163,9 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs)
     recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
     recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
-    for name, text in inspect_once(backend, prepared, plan).items():
-        recorder.text(text, f"inspect/{name}")
+    if cfg.tracking.inspect:
+        for name, text in inspect_once(backend, prepared, plan).items():
+            recorder.text(text, f"inspect/{name}")
     resources = dict(prepared.program.resources)
     metrics = resource_metrics(resources[plan.launches[-1].entry])
     for launch in plan.launches[:-1]:

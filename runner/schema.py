@@ -98,6 +98,10 @@ class TimingConfig:
 class TrackingConfig:
     uri: str = "sqlite:///mlflow.db"  # MLflow's own local store, in the working directory
     experiment: str = "gemmlab"
+    # Record the kernel's inspection (PTX, SASS, instruction mix) with every run. Once per
+    # compiled program, but disassembling a new CUDA program takes about a second: the tile-shape
+    # search presets turn it off, python -m runner.inspect gives the same files on demand.
+    inspect: bool = True
 
 
 @dataclass
