@@ -29,7 +29,7 @@ def failed_reason(store) -> str:
 
 def run_failing(store, *overrides) -> str:
     device = [] if "backend=cuda" in overrides else ["backend.device_type=cpu"]
-    cfg = compose_config(*overrides, *device, "timing.repeats=2", f"tracking.uri={store}")
+    cfg = compose_config(*overrides, *device, "timing.repeats=3", f"tracking.uri={store}")
     assert run(cfg) is None
     return failed_reason(store)
 
