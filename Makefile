@@ -20,7 +20,7 @@ test-gpu:           ## only the GPU-marked tests (on a machine with an NVIDIA GP
 	$(PYTHON) -m pytest -q -m gpu
 
 ui:                 ## the MLflow UI on the local store, http://127.0.0.1:5000
-	$(PYTHON) -m mlflow ui --backend-store-uri sqlite:///mlflow.db
+	$(PYTHON) -m mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow.db
 
 sgemm-ladder:       ## the whole SGEMM ladder over 1024..8192; e.g. ARGS="backend=cuda"
 	$(PYTHON) -m runner -m +experiment=sgemm_ladder $(ARGS)

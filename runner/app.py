@@ -16,6 +16,7 @@ from runner.backends import make_backend
 from runner.errors import Refused, RunError
 from runner.execute import execute
 from runner.gpu_pool import claim_gpu
+from runner.interrupts import describe, shielded
 from runner.paths import CONF_DIR
 from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
 from runner.schema import register_configs
@@ -23,6 +24,7 @@ from runner.spec import ProblemSize, plan_kernel
 from runner.summary import headline, print_cached, print_failure, print_summary
 from runner.sweep import current_parent_run_id, in_sweep
 from runner.tracking import Recorder, comparable_params
+from runner.validate import validate
 
 log = logging.getLogger("runner")
 
@@ -55,8 +57,9 @@ def _run(cfg: DictConfig) -> Optional[float]:
                                           f"{size.label(cfg.kernel.operation)} {tiling}".strip(),
                             parent_run_id)
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
-        print_failure(f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: "
-                      f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''}",
+        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+        reason = first if isinstance(error, RunError) else f"{type(error).__name__}: {first}"
+        print_failure(f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: {reason}",
                       None)
         return None
     where = (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
@@ -68,6 +71,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.tags({"gemmlab.kernel": cfg.kernel.name, "gemmlab.backend": backend_name,
                        "gemmlab.operation": cfg.kernel.operation.value,
                        "device.index": cfg.backend.device})
+        validate(cfg)  # every number in its range, before anything is compiled or timed
         plan = plan_kernel(cfg.kernel, size)
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)
@@ -93,7 +97,14 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.finish(str(error))
         print_failure(str(error), where)
         return None
-    except BaseException as error:  # a bug or an interrupt: still recorded, then raised
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (runner/interrupts.py)
+        reason = describe(interrupt)
+        with shielded():
+            recorder.finish(reason, status="killed")
+        print_failure(reason, where, recorded_as="KILLED")
+        interrupt.reported = True  # the command line exits 128 + signal without another line
+        raise
+    except BaseException as error:  # a bug: still recorded, then raised
         recorder.finish(f"{type(error).__name__}: {error}")
         raise
     recorder.finish(headline=headline(outcome.metrics))

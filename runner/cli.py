@@ -2,9 +2,85 @@
 
 `gemmlab --version` answers with gemmlab's version (Hydra's own `--version` would name Hydra's)
 and does not compose any config; every other argument goes to the Hydra app unchanged.
+
+Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
+which spreads over several lines with the schema's class names, folded into one), and a
+RunError raised outside a run (a sweep's tracking store that cannot be opened). Ctrl-C and
+SIGTERM end the run in progress as KILLED (runner/interrupts.py) and exit 130 and 143.
+`HYDRA_FULL_ERROR=1` shows Hydra's own message and stack as before.
 """
 
+import os
 import sys
+
+
+def one_line(error: BaseException) -> str:
+    """Hydra's message for a config it cannot compose, on one line: the headline, a list under
+    a heading ("Available options in 'kernel':") joined with commas, the OmegaConf cause's first
+    line; the config search path, the schema's class names and the HYDRA_FULL_ERROR hint left out."""
+    text = str(error).split("Config search path:")[0]
+    parts: list[str] = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        if line[:1] in ("\t", " "):  # an item under a heading, or a detail (full_key, types)
+            if parts and parts[-1].endswith((":", ",")):
+                parts[-1] += " " + line.strip() + ","
+            continue
+        parts.append(line.strip())
+    message = ""
+    for part in (part.rstrip(",") for part in parts):
+        message += ("" if not message else " " if message.endswith((".", ":")) else ". ") + part
+    cause = error.__cause__
+    if cause is not None and str(cause).strip():
+        message += ": " + str(cause).strip().splitlines()[0]
+    return message or type(error).__name__
+
+
+def yaml_error_line(error) -> str:
+    """A config file that does not parse: the file, the line and column, and what is wrong."""
+    mark = getattr(error, "problem_mark", None)
+    problem = getattr(error, "problem", None) or str(error).strip().splitlines()[0]
+    if mark is None:
+        return f"a config file does not parse as YAML: {problem}"
+    return (f"{mark.name} does not parse as YAML: {problem} at line {mark.line + 1}, "
+            f"column {mark.column + 1}")
+
+
+def _report_errors_on_one_line() -> None:
+    """Wrap Hydra's `run_and_report`, which prints a config error over several lines (or a
+    stack for any other exception), so that config errors and RunErrors are one line."""
+    import hydra._internal.utils as hydra_utils
+    from hydra.errors import CompactHydraException
+    from omegaconf.errors import OmegaConfBaseException
+    from yaml import YAMLError
+
+    from runner.errors import RunError
+
+    hydras_own = hydra_utils.run_and_report
+    if getattr(hydras_own, "gemmlab", False):
+        return
+
+    def run_and_report(func):
+        def guarded():
+            try:
+                return func()
+            except (CompactHydraException, OmegaConfBaseException, RunError, YAMLError) as error:
+                if os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    raise
+                from runner.summary import print_failure
+
+                if isinstance(error, RunError):
+                    print_failure(str(error).strip(), None)
+                elif isinstance(error, YAMLError):
+                    print_failure(yaml_error_line(error), None)
+                else:
+                    print_failure(one_line(error), None)
+                sys.exit(1)
+        return hydras_own(guarded)
+
+    run_and_report.gemmlab = True
+    hydra_utils.run_and_report = run_and_report
 
 
 def main() -> None:
@@ -13,6 +89,17 @@ def main() -> None:
 
         print(f"gemmlab {__version__}")
         return
-    from runner.app import main as hydra_app
+    from runner.interrupts import describe, install_sigterm_handler, signal_of
 
-    hydra_app()
+    install_sigterm_handler()
+    try:
+        _report_errors_on_one_line()
+        from runner.app import main as hydra_app
+
+        hydra_app()
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: the run already says KILLED
+        if not getattr(interrupt, "reported", False):
+            from runner.summary import print_failure
+
+            print_failure(describe(interrupt), None)
+        sys.exit(128 + signal_of(interrupt))

@@ -11,8 +11,9 @@ from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.errors import VerificationError
-from runner.limits import check_kernel_limits, check_launch_limits, check_memory
-from runner.operations import CheckResult, Problem, check_result, make_problem
+from runner.limits import (check_host_memory, check_kernel_limits, check_launch_limits,
+                           check_memory)
+from runner.operations import CheckResult, Problem, check_result, make_problem, operation_floats
 from runner.paths import kernel_source_path
 from runner.spec import KernelPlan
 from runner.timing import TimeStats, measure
@@ -151,14 +152,15 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         "timing.launches": " + ".join(launch.entry for launch in plan.launches),
     })
     check_launch_limits(plan, device)
-    problem = make_problem(plan.operation, plan.size, cfg.seed)
-    out_rows, out_cols = problem.output_shape
-    buffer_floats = {name: array.size for name, array in problem.inputs.items()}
-    buffer_floats[problem.output_name] = out_rows * out_cols
-    buffer_floats.update(plan.scratch)
+    # Memory is checked before the inputs are drawn: a size too large for the device (or the
+    # host) is refused in a moment instead of filling the host's memory first.
+    problem_floats = operation_floats(plan.operation, plan.size)
+    buffer_floats = {**problem_floats, **plan.scratch}
     if plan.operation.value != "sgemm":
-        buffer_floats["baseline copy"] = problem.inputs["src"].size
+        buffer_floats["baseline copy"] = problem_floats["src"]
     check_memory(plan, device, buffer_floats)
+    check_host_memory(plan, problem_floats)
+    problem = make_problem(plan.operation, plan.size, cfg.seed)
 
     prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs)
     recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")

@@ -1,6 +1,6 @@
 """Checks of a plan against what the device allows: each failure is one line naming both sides."""
 
-from typing import Mapping
+from typing import Mapping, Optional
 
 from runner.backends.base import DeviceInfo, KernelResources
 from runner.errors import Refused, RunError
@@ -38,6 +38,29 @@ def check_memory(plan: KernelPlan, device: DeviceInfo, buffer_floats: Mapping[st
         if nbytes > device.max_alloc_bytes:
             raise Refused(f"{plan.name}: buffer {name} needs {_gb(nbytes)} but {device.name} "
                            f"allocates at most {_gb(device.max_alloc_bytes)} in one buffer")
+
+
+def available_host_bytes() -> Optional[int]:
+    """MemAvailable of /proc/meminfo (Linux), None where the host does not say."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def check_host_memory(plan: KernelPlan, problem_floats: Mapping[str, int]) -> None:
+    """The inputs and the output as float32 on the host, against the memory it has free: the
+    least the run needs there (the reference needs more), so that a size too large is refused
+    rather than ending in the kernel's out-of-memory killer."""
+    needed = sum(problem_floats.values()) * 4
+    available = available_host_bytes()
+    if available is not None and needed > available:
+        raise Refused(f"{plan.name} at {plan.size.label(plan.operation)} needs {_gb(needed)} of "
+                      f"host memory for its inputs and output but {_gb(available)} is free")
 
 
 def check_kernel_limits(plan: KernelPlan, device: DeviceInfo,

@@ -30,6 +30,14 @@ class Problem:
     output_shape: tuple[int, int]
 
 
+def operation_floats(operation: Operation, size: ProblemSize) -> dict[str, int]:
+    """Floats in each input and the output of `operation` at `size`, without drawing them
+    (the names and shapes `make_problem` gives them)."""
+    if operation is Operation.sgemm:
+        return {"A": size.M * size.K, "B": size.K * size.N, "C": size.M * size.N}
+    return {"src": size.M * size.N, "dst": size.M * size.N}
+
+
 @functools.lru_cache(maxsize=2)
 def make_problem(operation: Operation, size: ProblemSize, seed: int) -> Problem:
     """Fresh random inputs from `seed`: uniform in [-1, 1), never zeros. The same arrays for

@@ -17,7 +17,7 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Iterable, Optional
 
-from runner.errors import RunError
+from runner.errors import Refused, RunError
 
 KERNEL_PATH_VARIABLE = "GEMMLAB_KERNEL_PATH"
 
@@ -63,15 +63,21 @@ def kernel_dirs(configured: Iterable[str] = ()) -> list[Path]:
     return [*user, KERNELS_DIR]
 
 
+def check_source_name(file_name: str) -> None:
+    """Refuse a kernel source name that is not a plain file name.
+
+    The name comes from a config a user may have written: it picks a file inside the kernel
+    folders and must not reach anything outside them."""
+    if (not isinstance(file_name, str) or file_name in ("", ".", "..") or "/" in file_name
+            or "\\" in file_name or "\0" in file_name or Path(file_name).name != file_name):
+        raise Refused(f"kernel source name {file_name!r} must be a plain file name "
+                      "(no folders, no '..'), found in kernel_dirs or the packaged kernels")
+
+
 def kernel_source_path(backend: str, file_name: str, configured_dirs: Iterable[str] = ()) -> Path:
     """The source `file_name` of `backend` ("opencl" or "cuda") from the first folder of
     `kernel_dirs(configured_dirs)` that has it; a RunError naming every folder tried if none."""
-    # The name comes from a config a user may have written: it picks a file inside the kernel
-    # folders and must not reach anything outside them.
-    if (file_name in ("", ".", "..") or "/" in file_name or "\\" in file_name
-            or Path(file_name).name != file_name):
-        raise RunError(f"kernel source name {file_name!r} must be a plain file name "
-                       "(no folders, no '..')")
+    check_source_name(file_name)
     searched = kernel_dirs(configured_dirs)
     for folder in searched:
         candidate = folder / backend / file_name

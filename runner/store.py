@@ -7,13 +7,48 @@ for the first time while holding a lock beside the database file, and the first 
 """
 
 import functools
+import os
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from filelock import FileLock
 
+from runner.errors import RunError
+
 LOCK_TIMEOUT_S = 300  # a migration of a large store can take a while; a hang cannot
+PROBE_TIMEOUT_S = 5.0  # a tracking server that has not answered by then is not answering
+
+# MLflow retries a request to a server 7 times with a backoff factor of 2 (minutes in all) and
+# waits 120 s for each answer; a server that went away mid-sweep would hang every job that long.
+# Where the user has not chosen, gemmlab waits at most about a minute per request.
+HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+
+
+def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
+    """A RunError unless the tracking server at `uri` answers within `timeout` seconds (any HTTP
+    status counts as an answer: the server is there). Once, with no retries."""
+    import http.client
+    from urllib.parse import urlparse
+
+    url = urlparse(uri)
+    connection_class = (http.client.HTTPSConnection if url.scheme == "https"
+                        else http.client.HTTPConnection)
+    try:
+        connection = connection_class(url.hostname or "localhost", url.port, timeout=timeout)
+        try:
+            connection.request("GET", url.path.rstrip("/") + "/health")
+            connection.getresponse().read(64)
+        finally:
+            connection.close()
+    except (OSError, http.client.HTTPException) as error:
+        why = "no answer" if isinstance(error, TimeoutError) else \
+            (str(error).strip() or type(error).__name__)
+        raise RunError(f"the tracking server at {uri} does not answer within {timeout:g} s "
+                       f"({why}); start it (mlflow server --host 127.0.0.1 --port "
+                       f"{url.port or 5000} …) or set tracking.uri to a store that exists, "
+                       "e.g. sqlite:///mlflow.db") from None
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
@@ -30,12 +65,23 @@ def sqlite_path(uri: str) -> Optional[Path]:
 def ensure_store(uri: str) -> None:
     """Open (create or upgrade) the store at `uri` once per process, safely across processes.
 
-    A server (http://) or another database owns its own schema: nothing to do here.
+    A server (http://) or another database owns its own schema: it is only checked to answer,
+    so that a server that is down fails the run in seconds rather than after MLflow's retries.
     """
+    if uri.startswith(("http://", "https://")):
+        for name, value in HTTP_DEFAULTS.items():
+            os.environ.setdefault(name, value)
+        probe_server(uri)
+        return
     path = sqlite_path(uri)
     if path is None:
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunError(f"cannot create the folder of the sqlite store {path}: "
+                       f"{error.strerror or error}; allowed: a path whose folder exists or can "
+                       "be created, e.g. tracking.uri=sqlite:///mlflow.db") from None
     from mlflow.tracking import MlflowClient
 
     with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):

@@ -1,6 +1,7 @@
 """The terminal's short account of a run: one line of results and where it was recorded."""
 
 from rich.console import Console
+from rich.markup import escape
 
 from runner.execute import RunOutcome
 
@@ -35,10 +36,11 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     console.print(f"  recorded: {where}")
 
 
-def print_failure(reason: str, where: str | None) -> None:
-    error_console.print(f"[bold red]gemmlab: error:[/] {reason}")
+def print_failure(reason: str, where: str | None, recorded_as: str = "FAILED") -> None:
+    # escaped: a reason may hold brackets ("expected one of [auto, gpu]"), never markup
+    error_console.print(f"[bold red]gemmlab: error:[/] {escape(reason)}")
     if where:
-        error_console.print(f"  recorded as FAILED: {where}")
+        error_console.print(f"  recorded as {recorded_as}: {where}")
 
 
 def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, where: str) -> None:

@@ -126,6 +126,9 @@ class SweepSummary:
             if run.info.status == "RUNNING":
                 summary.counts["running"] += 1
                 continue
+            if run.info.status == "KILLED":  # interrupted (Ctrl-C, SIGTERM): neither result nor failure
+                summary.counts["killed"] += 1
+                continue
             status = _status(run)
             summary.counts[status] += 1
             if status in ("refused", "failed"):
@@ -160,7 +163,8 @@ class SweepSummary:
         total = f"{self.finished}" + (f"/{expected}" if expected else "")
         return (f"{total} jobs: {self.counts['ok']} measured, {self.counts['cached']} cached "
                 f"(measured before), {self.counts['refused']} refused by constraints or limits, "
-                f"{self.counts['failed']} failed")
+                f"{self.counts['failed']} failed"
+                + (f", {self.counts['killed']} interrupted" if self.counts["killed"] else ""))
 
     def markdown(self, expected: Optional[int] = None) -> str:
         """The best configuration per kernel and size, and the counts: the parent run's

@@ -168,8 +168,9 @@ class Recorder:
 
     def finish(self, failure: Optional[str] = None, status: Optional[str] = None,
                headline: str = "") -> None:
-        """FINISHED (status `ok`, or `cached` for a reused measurement), or FAILED with the
-        reason (status `failed`, or `refused` for a configuration refused before compiling).
+        """FINISHED (status `ok`, or `cached` for a reused measurement), FAILED with the
+        reason (status `failed`, or `refused` for a configuration refused before compiling), or
+        KILLED with the reason (status `killed`: interrupted by a signal).
         The run name gets the status or the `headline` (the result in a few words)."""
         if failure is None:
             self.tags({"gemmlab.status": status or "ok"})
@@ -183,7 +184,8 @@ class Recorder:
         try:
             self._flush()
         finally:
-            self._mlflow.end_run(status="FINISHED" if failure is None else "FAILED")
+            ended = "FINISHED" if failure is None else "KILLED" if status == "killed" else "FAILED"
+            self._mlflow.end_run(status=ended)
 
 
 @functools.lru_cache(maxsize=1)

@@ -75,7 +75,7 @@ def test_python_m_runner_works_from_any_directory(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     done = subprocess.run(
         [sys.executable, "-m", "runner", "backend.device_type=cpu", "kernel=matmul_1",
-         "size=33", "timing.repeats=2", "timing.warmup=0"],
+         "size=33", "timing.repeats=3", "timing.warmup=0"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "matmul_1" in done.stdout and "GFLOPS" in done.stdout

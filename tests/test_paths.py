@@ -66,7 +66,7 @@ def test_a_kernel_and_config_outside_the_package_run_from_the_command_line(tmp_p
     done = subprocess.run(
         [sys.executable, "-m", "runner", f"hydra.searchpath=['file://{tmp_path / 'my_conf'}']",
          "kernel=my_copy", f"kernel_dirs=['{tmp_path / 'my_kernels'}']",
-         "backend.device_type=cpu", "m=40", "n=24", "timing.repeats=2", "timing.warmup=0",
+         "backend.device_type=cpu", "m=40", "n=24", "timing.repeats=3", "timing.warmup=0",
          f"tracking.uri={store}"],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr

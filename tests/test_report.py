@@ -15,7 +15,7 @@ from runner.report import main as report_main
 
 
 def _common(store: str, experiment: str = "ladder") -> list[str]:
-    return ["backend.device_type=cpu", "timing.repeats=2", "timing.warmup=0",
+    return ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0",
             f"tracking.uri={store}", f"tracking.experiment={experiment}"]
 
 

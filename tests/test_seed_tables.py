@@ -109,7 +109,7 @@ def transpose_runs(tmp_path_factory):
     root = tmp_path_factory.mktemp("seeds")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     common = ["+experiment=seed_cuda_learning_transpose", "backend.device_type=cpu", "size=64",
-              "timing.warmup=0", "timing.repeats=2", f"tracking.uri={uri}"]
+              "timing.warmup=0", "timing.repeats=3", f"tracking.uri={uri}"]
     for row in ("matrixCopy_1", "matrixTranspos_3"):
         assert run(compose_config(*common, f"seed_row/cuda_learning_transpose={row}")) > 0
     assert run(compose_config(*common, "seed_row/cuda_learning_transpose=matrixTranspos_2",

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from conftest import compose_config
 from runner.sweep import expected_jobs, sweep_definition
 
-QUICK = ["backend.device_type=cpu", "timing.repeats=2", "timing.warmup=0"]
+QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0"]
 
 
 def sweep(cwd: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:

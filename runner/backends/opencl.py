@@ -80,6 +80,24 @@ def _no_working_cpu(passed: list[str]) -> RunError:
                     "Intel's CPU runtime can: pip install intel-opencl-rt intel-cmplr-lib-rt")
 
 
+NVIDIA_ICD = "/etc/OpenCL/vendors/nvidia.icd"
+
+
+def _unregistered_nvidia_hint(platform: Optional[str]) -> str:
+    """When NVIDIA's platform was asked for and CUDA sees a GPU, the driver is there but the
+    OpenCL loader was never told about it (common in containers): say how to register it."""
+    if platform is None or "nvidia" not in str(platform).lower():
+        return ""
+    from runner.backends.cuda import gpu_count  # CuPy only on this error path
+
+    if gpu_count() == 0:
+        return ""
+    return (f"; CUDA sees {gpu_count()} NVIDIA GPU(s), so NVIDIA's OpenCL driver is not "
+            f"registered with the OpenCL loader: create {NVIDIA_ICD} holding the line "
+            "libnvidia-opencl.so.1 (or set OCL_ICD_VENDORS to a folder with such a .icd file), "
+            "or run with backend=cuda")
+
+
 def select_device(platform: Optional[str], device: Optional[str],
                   device_type: str) -> tuple["cl.Device", str]:
     """The device the config asks for, and a sentence saying which one it is and why."""
@@ -91,7 +109,8 @@ def select_device(platform: Optional[str], device: Optional[str],
     chosen_platforms = [p for i, p in enumerate(platforms) if _matches(platform, i, p.name)]
     if not chosen_platforms:
         names = ", ".join(f"{i}: {p.name}" for i, p in enumerate(platforms))
-        raise RunError(f"OpenCL: backend.platform={platform} matches no platform ({names})")
+        raise RunError(f"OpenCL: backend.platform={platform} matches no platform ({names})"
+                       + _unregistered_nvidia_hint(platform))
 
     candidates = []  # (device, index within its platform)
     for p in chosen_platforms:

@@ -1,0 +1,82 @@
+"""The composed config's numbers against their ranges: one table, checked before anything runs.
+
+The schema (runner/schema.py) already refuses a value of the wrong type at composition (Hydra's
+message). What it cannot say is that a value of the right type makes no sense: no timed
+repetitions, a tolerance of zero, a negative seed. Each key here has its range and the reason
+for it; a value outside refuses the run (recorded as FAILED, status `refused`) with one line
+naming the key, the value and what is allowed.
+"""
+
+import math
+from typing import NamedTuple, Optional
+
+from omegaconf import OmegaConf
+
+from runner.errors import Refused
+from runner.paths import check_source_name
+
+INT32_MAX = 2**31 - 1
+
+
+class Range(NamedTuple):
+    low: float
+    high: float
+    why: str
+    low_open: bool = False  # the low end itself is not allowed (a tolerance of 0)
+
+
+RANGES = {
+    "timing.warmup": Range(0, 100_000, "untimed launches; more than 100000 only keeps the "
+                                       "device busy"),
+    # A median of one or two samples is one sample or the mean of two: one slow launch (a clock
+    # ramping up, a context switch) is then the result. Three is the fewest whose median sets
+    # one outlier aside.
+    "timing.repeats": Range(3, 100_000, "the median of fewer than 3 timed launches is not robust "
+                                        "to a single outlier; more than 100000 only keeps the "
+                                        "device busy"),
+    "check.tolerance": Range(0.0, 0.1, "a relative error; 0 refuses every float result, above "
+                                       "0.1 a wrong kernel passes", low_open=True),
+    "check.full_reference_max_macs": Range(1, 2**40, "multiply-adds of the float64 reference "
+                                                     "computed on the host"),
+    "check.sample_rows": Range(1, INT32_MAX, "rows of C checked against the reference"),
+    "check.sample_cols": Range(1, INT32_MAX, "columns of C checked against the reference"),
+    "seed": Range(0, 2**32 - 1, "the inputs' seed, recorded with the run: a 32-bit unsigned "
+                                "value any generator can take"),
+    "m": Range(1, INT32_MAX, "the kernels index with 32-bit ints"),
+    "n": Range(1, INT32_MAX, "the kernels index with 32-bit ints"),
+    "k": Range(1, INT32_MAX, "the kernels index with 32-bit ints"),
+    "gpus": Range(0, 1024, "GPUs a sweep's jobs share (0: no pool)"),
+}
+
+
+def _allowed(rule: Range) -> str:
+    low = "(" if rule.low_open else "["
+    return f"{low}{rule.low:g}, {rule.high:g}]" if isinstance(rule.low, float) \
+        else f"{rule.low}..{rule.high}"
+
+
+def check_value(key: str, value, rule: Range) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise Refused(f"{key}={value!r} is not a number (allowed: {_allowed(rule)}: {rule.why})")
+    inside = math.isfinite(value) and rule.low <= value <= rule.high
+    if rule.low_open and value == rule.low:
+        inside = False
+    if not inside:
+        raise Refused(f"{key}={value} is out of range (allowed: {_allowed(rule)}: {rule.why})")
+
+
+def validate(cfg) -> None:
+    """Refuse a config whose values make no sense, before anything is compiled or timed."""
+    operation = getattr(cfg.kernel.operation, "value", cfg.kernel.operation)
+    for key, rule in RANGES.items():
+        if key == "k" and operation != "sgemm":
+            continue  # copies and transposes are M x N
+        shown = key
+        if key in ("m", "n", "k") and OmegaConf.is_interpolation(cfg, key):
+            shown = "size"  # m, n and k follow `size` unless given
+        value: Optional[object] = OmegaConf.select(cfg, key)
+        check_value(shown, value, rule)
+    for backend in ("opencl", "cuda"):  # names from a user's YAML pick a file inside the folders
+        name = OmegaConf.select(cfg, f"kernel.sources.{backend}")
+        if name is not None:
+            check_source_name(name)

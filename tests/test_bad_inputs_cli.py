@@ -1,0 +1,446 @@
+"""Every bad input (issue 8), through the real command line: `python -m runner …` in a subprocess.
+
+Each case expects one `gemmlab: error:` line naming the value and what is allowed, no Python
+traceback, exit 1 for a single run, a FAILED (or KILLED) MLflow run with the reason where a run
+was started and no run where none could start, and the store's earlier good run intact.
+
+The cases share one store (a module fixture with a good run in it), so that "every other run
+intact" is checked after each. A case costs one process, about 1 s where the config does not
+compose and 3-6 s where a run is recorded (most of it importing MLflow).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0", "size=16"]
+ERROR = "gemmlab: error:"
+
+
+def gemmlab(cwd: Path, *overrides: str, quick: bool = True, timeout: float = 180,
+            prefix: tuple = ("-m", "runner")) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env["COLUMNS"] = "400"  # one error line stays one line in the captured output
+    return subprocess.run([sys.executable, *prefix, *(QUICK if quick else []), *overrides],
+                          cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def one_error_line(done: subprocess.CompletedProcess, *expected: str, code: int = 1) -> str:
+    """The single `gemmlab: error:` line, checked for the exit code, the expected words and the
+    absence of a traceback."""
+    output = done.stdout + done.stderr
+    assert done.returncode == code, output[-3000:]
+    lines = [line for line in done.stderr.splitlines() if ERROR in line]
+    assert len(lines) == 1, done.stderr[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "HYDRA_FULL_ERROR" not in output
+    for words in expected:
+        assert words in lines[0], lines[0]
+    return lines[0]
+
+
+def runs(uri: str) -> list:
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("gemmlab")
+    if experiment is None:
+        return []
+    return client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
+
+
+class Store:
+    """A store in a folder of its own with one good, finished run in it."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.uri = f"sqlite:///{folder / 'mlflow.db'}"
+        done = gemmlab(folder, "kernel=matmul_1", f"tracking.uri={self.uri}")
+        assert done.returncode == 0, done.stderr[-3000:]
+        (self.good,) = runs(self.uri)
+        assert self.good.info.status == "FINISHED"
+
+    def run(self, *overrides: str, **kwargs) -> subprocess.CompletedProcess:
+        self.before = {run.info.run_id for run in runs(self.uri)}
+        return gemmlab(self.folder, *overrides, f"tracking.uri={self.uri}", **kwargs)
+
+    def new_runs(self) -> list:
+        return [run for run in runs(self.uri) if run.info.run_id not in self.before]
+
+    def assert_intact(self) -> None:
+        again = MlflowClient(self.uri).get_run(self.good.info.run_id)
+        assert again.info.status == "FINISHED"
+        assert again.data.metrics == self.good.data.metrics
+        assert again.data.tags["gemmlab.status"] == "ok"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Store:
+    return Store(tmp_path_factory.mktemp("bad-inputs"))
+
+
+def check_recorded(store: Store, line: str, status: str, reason: str) -> None:
+    """Exactly one new run: FAILED with the reason, never timed; the good run as it was."""
+    (run,) = store.new_runs()
+    assert run.info.status == "FAILED"
+    assert run.data.tags["gemmlab.status"] == status
+    assert reason in run.data.tags["failure_reason"]
+    assert run.data.tags["failure_reason"] in line  # the terminal says what the record says
+    assert not [m for m in run.data.metrics if m.startswith(("perf/", "time_ms/", "bw/"))]
+    store.assert_intact()
+
+
+# --- values the schema refuses at composition: Hydra's message folded to one line, no run ---
+
+NOT_COMPOSED = [
+    (["timing.repeats=2.5"], ["timing.repeats=2.5", "could not be converted to Integer"]),
+    (["timing.warmup=abc"], ["timing.warmup=abc", "could not be converted to Integer"]),
+    (["check.tolerance=abc"], ["check.tolerance=abc", "could not be converted to Float"]),
+    (["check.sample_rows=0.5"], ["check.sample_rows=0.5", "Integer"]),
+    (["check.full_reference_max_macs=lots"], ["full_reference_max_macs=lots", "Integer"]),
+    (["seed=1.5"], ["seed=1.5", "Integer"]),
+    (["size=2.5"], ["size=2.5", "Integer"]),
+    (["size=abc"], ["size=abc", "Integer"]),
+    (["m=1e3"], ["m=1e3", "Integer"]),
+    # tile values that would carry compiler options or paths never reach a compiler
+    (["kernel.params.TS='16 -cl-opt-disable'"], ["16 -cl-opt-disable", "Integer"]),
+    (["kernel.params.TS='16 -I/etc'"], ["could not be converted to Integer"]),
+    (["kernel.params.TS=/etc/passwd"], ["/etc/passwd", "Integer"]),
+    (["kernel.params.TS=16.0"], ["TS=16.0", "Integer"]),
+    (["kernel.params.TS=true"], ["TS=true", "Integer"]),
+    (["backend.device_type=tpu"], ["tpu", "expected one of [auto, gpu, cpu, accelerator]"]),
+    (["backend=vulkan"], ["backend/vulkan", "Available options in 'backend': cuda"]),
+    (["kernel=nonesuch"], ["kernel/nonesuch", "Available options in 'kernel': copy_1"]),
+    (["timing.repaets=3"], ["timing.repaets", "Key 'repaets' not in 'TimingConfig'"]),
+]
+
+
+@pytest.mark.parametrize("overrides, expected", NOT_COMPOSED,
+                         ids=[" ".join(case[0]) for case in NOT_COMPOSED])
+def test_a_value_of_the_wrong_type_is_one_line_and_starts_no_run(store, overrides, expected):
+    one_error_line(store.run(*overrides), *expected)
+    assert store.new_runs() == []
+    store.assert_intact()
+
+
+def test_a_kernel_yaml_that_does_not_parse_is_one_line(store, tmp_path):
+    (tmp_path / "kernel").mkdir()
+    (tmp_path / "kernel" / "broken.yaml").write_text(
+        "name: broken\noperation: sgemm\n  summary: [unclosed\n")
+    done = store.run(f"hydra.searchpath=[file://{tmp_path}]", "kernel=broken")
+    one_error_line(done, "broken.yaml does not parse as YAML", "line 3")
+    assert store.new_runs() == []
+
+
+# --- values of the right type outside their range: refused before anything runs, recorded ---
+
+RANGE = "out of range (allowed: "
+OUT_OF_RANGE = [
+    ("timing.repeats=0", "3..100000"), ("timing.repeats=-5", "3..100000"),
+    ("timing.repeats=2", "not robust to a single outlier"),  # a meaningless median
+    ("timing.repeats=1000000", "3..100000"),
+    ("timing.warmup=-1", "0..100000"), ("timing.warmup=10000000", "0..100000"),
+    ("check.tolerance=0.0", "(0, 0.1]"), ("check.tolerance=-0.001", "(0, 0.1]"),
+    ("check.tolerance=0.5", "a wrong kernel passes"), ("check.tolerance=nan", "(0, 0.1]"),
+    ("check.tolerance=inf", "(0, 0.1]"),
+    ("check.sample_rows=0", "1..2147483647"), ("check.sample_cols=-1", "1..2147483647"),
+    ("check.full_reference_max_macs=0", "1..1099511627776"),
+    ("check.full_reference_max_macs=-7", "1..1099511627776"),
+    ("seed=-1", "0..4294967295"), ("seed=4294967296", "0..4294967295"),
+    ("size=0", "1..2147483647"), ("size=-3", "1..2147483647"), ("m=0", "1..2147483647"),
+    ("size=2147483648", "32-bit ints"), ("n=99999999999999999999", "32-bit ints"),
+    ("gpus=-1", "0..1024"),
+]
+
+
+@pytest.mark.parametrize("override, allowed", OUT_OF_RANGE, ids=[c[0] for c in OUT_OF_RANGE])
+def test_a_value_out_of_its_range_is_refused_and_recorded(store, override, allowed):
+    line = one_error_line(store.run(override), f"{override} is {RANGE}", allowed)
+    check_recorded(store, line, "refused", f"{override} is {RANGE}")
+
+
+REFUSED_BY_THE_SPEC = [
+    (["size=50000"], "refused", "M*K=2500000000 elements is too large: the kernels index with "
+                                "32-bit ints"),
+    (["kernel.params.TS=12"], "refused", "TS=12 is not an allowed value (allowed: 4, 8, 16, 32)"),
+    (["kernel.params.TS=-16"], "refused", "TS=-16 is not an allowed value"),
+    (["kernel.max_registers=8"], "refused", "max_registers=8 must be within 16..255"),
+    (["+kernel.params.lower=1"], "refused", "'lower' is not an upper-case macro name"),
+    (["+kernel.params.EVIL=1"], "failed", "parameter EVIL has no list of allowed values"),
+    (["kernel.sources.opencl=../../../../etc/passwd"], "refused",
+     "'../../../../etc/passwd' must be a plain file name"),
+    (["kernel.sources.opencl=/etc/passwd"], "refused", "'/etc/passwd' must be a plain file name"),
+    (["kernel.sources.opencl=.."], "refused", "'..' must be a plain file name"),
+    (["kernel.sources.opencl=nonesuch.cl"], "failed", "kernel source opencl/nonesuch.cl is in "
+                                                      "none of"),
+    (["backend.platform=nonesuch"], "failed", "backend.platform=nonesuch matches no platform"),
+    (["backend.device=9"], "failed", "backend.device=9 matches no device"),
+    (["backend.device_type=accelerator"], "failed", "backend.device_type=accelerator matches "
+                                                    "none of"),
+]
+
+
+@pytest.mark.parametrize("overrides, status, reason", REFUSED_BY_THE_SPEC,
+                         ids=[" ".join(case[0]) for case in REFUSED_BY_THE_SPEC])
+def test_a_bad_parameter_source_or_device_fails_the_run_with_its_reason(store, overrides, status,
+                                                                       reason):
+    line = one_error_line(store.run(*overrides), reason)
+    check_recorded(store, line, status, reason)
+
+
+def _device_memory_bytes() -> int:
+    from runner.backends.opencl import OpenCLBackend
+
+    return OpenCLBackend(device_type="cpu").device_info().global_memory_bytes
+
+
+def test_a_size_over_the_devices_memory_is_refused_before_any_input_is_drawn(store):
+    # The largest copy whose matrices stay within 32-bit indexing needs 3 x 8.6 GB.
+    if _device_memory_bytes() >= 3 * 46340 * 46340 * 4:
+        pytest.skip("the CPU device has more memory than the largest 32-bit-indexed copy needs")
+    started = time.monotonic()
+    done = store.run("kernel=copy_1", "m=46340", "n=46340")
+    line = one_error_line(done, "copy_1 at 46340x46340 needs 25.77 GB of device memory")
+    assert time.monotonic() - started < 60, "refused before 17 GB of inputs were drawn"
+    check_recorded(store, line, "refused", "of device memory")
+
+
+# --- kernel sources of the user's own: one that does not compile, or computes wrong ---
+
+def _kernel_dir(tmp_path: Path, edit) -> Path:
+    from runner.paths import kernel_source_path
+
+    source = kernel_source_path("opencl", "matmul_2.cl").read_text()
+    folder = tmp_path / "my_kernels"
+    (folder / "opencl").mkdir(parents=True)
+    (folder / "opencl" / "matmul_2.cl").write_text(edit(source))
+    return folder
+
+
+BROKEN_SOURCES = [
+    ("does not compile", lambda s: s.replace("acc += Asub[ty][k] * Bsub[k][tx];",
+                                             "acc += Asub[ty][k] * Bsub[k][tx] +;"),
+     "OpenCL build of matmul_2.cl failed: ", "failed"),
+    ("wrong result", lambda s: s.replace("acc += Asub[ty][k] * Bsub[k][tx];",
+                                         "acc += Asub[ty][k] * Bsub[k][tx] * 1.001f;"),
+     "exceeds the tolerance", "failed"),
+    ("leaves output unwritten", lambda s: s.replace("if (row < M && col < N) C[",
+                                                    "if (row < M && col < N && row != 3) C["),
+     "of 256 output elements are not finite", "failed"),
+]
+
+
+@pytest.mark.parametrize("what, edit, reason, status", BROKEN_SOURCES,
+                         ids=[case[0] for case in BROKEN_SOURCES])
+def test_a_broken_kernel_source_fails_short_and_is_never_timed(store, tmp_path, what, edit,
+                                                               reason, status):
+    folder = _kernel_dir(tmp_path, edit)
+    line = one_error_line(store.run(f"kernel_dirs=[{folder}]"), reason)
+    assert len(line) < 400, "the compiler's message, short"
+    check_recorded(store, line, status, reason)
+
+
+def test_the_kernel_edits_hit_the_source():
+    """The edits above change the packaged source (a no-op edit would make the tests lie)."""
+    from runner.paths import kernel_source_path
+
+    source = kernel_source_path("opencl", "matmul_2.cl").read_text()
+    for _, edit, _, _ in BROKEN_SOURCES:
+        assert edit(source) != source
+
+
+# --- devices that are not there ---
+
+def test_backend_cuda_without_a_gpu(store):
+    from runner.backends.cuda import gpu_count
+
+    if gpu_count():
+        pytest.skip("a GPU is present")
+    done = store.run("backend=cuda", "size=16", "timing.repeats=3", "timing.warmup=0",
+                     quick=False)
+    line = one_error_line(done, "backend=cuda needs an NVIDIA GPU", "backend=opencl runs on the CPU")
+    check_recorded(store, line, "failed", "needs an NVIDIA GPU")
+
+
+def test_an_nvidia_gpu_whose_opencl_driver_is_not_registered(store):
+    """CUDA sees a GPU (CuPy's count patched to 1: no GPU here), OpenCL has no NVIDIA platform."""
+    import pyopencl as cl
+
+    if any("nvidia" in p.name.lower() for p in cl.get_platforms()):
+        pytest.skip("NVIDIA's OpenCL platform is registered here")
+    patched = ("import sys, runner.backends.cuda as cuda; cuda.gpu_count = lambda: 1; "
+               "from runner.cli import main; main()")
+    done = store.run("backend.platform=NVIDIA", prefix=("-c", patched))
+    line = one_error_line(done, "backend.platform=NVIDIA matches no platform",
+                          "/etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1",
+                          "OCL_ICD_VENDORS")
+    check_recorded(store, line, "failed", "not registered with the OpenCL loader")
+
+
+# --- tracking stores that cannot be used: one line within 15 s, no hang, no run anywhere ---
+
+def _silent_server() -> tuple[int, socket.socket]:
+    """A socket that accepts connections and never answers."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    accepted = []
+
+    def accept():
+        while True:
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    return listener.getsockname()[1], listener
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nobody listens once it is closed
+
+
+@pytest.mark.parametrize("kind", ["closed port", "silent server", "under a file",
+                                  "not a database", "unknown scheme"])
+def test_an_unusable_tracking_store_is_one_line_within_15_seconds(store, tmp_path, kind):
+    listener = None
+    if kind == "closed port":
+        uri, expected = f"http://127.0.0.1:{_closed_port()}", "does not answer within 5 s"
+    elif kind == "silent server":
+        port, listener = _silent_server()
+        uri, expected = f"http://127.0.0.1:{port}", "does not answer within 5 s (no answer)"
+    elif kind == "under a file":  # unwritable even for root: the folder would be a file
+        (tmp_path / "afile").write_text("not a folder")
+        uri, expected = f"sqlite:///{tmp_path / 'afile' / 'x.db'}", "cannot create the folder"
+    elif kind == "not a database":
+        (tmp_path / "text.db").write_text("not a database\n" * 100)
+        uri, expected = f"sqlite:///{tmp_path / 'text.db'}", "file is not a database"
+    else:
+        uri, expected = "nosuchscheme://nowhere", "unsupported URI 'nosuchscheme://nowhere'"
+    try:
+        started = time.monotonic()
+        done = gemmlab(tmp_path, f"tracking.uri={uri}", timeout=60)
+        elapsed = time.monotonic() - started
+    finally:
+        if listener is not None:
+            listener.close()
+    one_error_line(done, f"cannot record in MLflow at tracking.uri={uri}", expected)
+    assert elapsed < 15, f"{elapsed:.1f} s"
+    store.assert_intact()
+
+
+# --- Ctrl-C and SIGTERM: the run KILLED, one line, 130 / 143, a sweep resumable ---
+
+def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert process.poll() is None, f"exited before {what}: {process.communicate()}"
+        try:
+            found = condition()
+        except Exception:  # the store is being created
+            found = None
+        if found:
+            return found
+        time.sleep(0.2)
+    pytest.fail(f"no {what} within {timeout} s")
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["SIGINT", "SIGTERM"])
+def test_a_signal_during_a_run_ends_it_killed(store, tmp_path, signum, code):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "runner", "backend.device_type=cpu", "kernel=matmul_1", "size=32",
+         "timing.warmup=0", "timing.repeats=100000", f"tracking.uri={uri}"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        _wait_for(lambda: [r for r in runs(uri) if r.info.status == "RUNNING"], "running run",
+                  process)
+        time.sleep(3)  # into the run's compile, check and timing
+        process.send_signal(signum)
+        stdout, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    done = subprocess.CompletedProcess(process.args, process.returncode, stdout, stderr)
+    name = signal.Signals(signum).name
+    one_error_line(done, f"interrupted by {name}", code=code)
+    assert "recorded as KILLED" in stderr
+    (run,) = runs(uri)
+    assert run.info.status == "KILLED"
+    assert run.data.tags["gemmlab.status"] == "killed"
+    assert run.data.tags["failure_reason"].startswith(f"interrupted by {name}")
+    assert "perf/gflops" not in run.data.metrics
+    store.assert_intact()
+
+
+def _children(client, parent) -> list:
+    return client.search_runs([parent.info.experiment_id],
+                              f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+
+
+def _parents(client) -> list:
+    experiment = client.get_experiment_by_name("gemmlab")
+    return client.search_runs([experiment.experiment_id], "tags.`gemmlab.sweep` = 'true'",
+                              order_by=["attributes.start_time ASC"])
+
+
+def test_sigterm_during_a_sweep_kills_the_running_job_and_the_sweep_resumes(tmp_path):
+    """(SIGINT's resume: tests/test_sweep.py::test_an_interrupted_sweep_resumes_where_it_stopped)"""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = [sys.executable, "-m", "runner", "-m", "backend.device_type=cpu", "kernel=matmul_1",
+               "size=96,104,112", "timing.warmup=0", "timing.repeats=3000", f"tracking.uri={uri}"]
+    env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env)
+    client = MlflowClient(uri)
+
+    def second_job_running():
+        jobs = [run for parent in _parents(client) for run in _children(client, parent)]
+        finished = [run for run in jobs if run.info.status == "FINISHED"]
+        running = [run for run in jobs if run.info.status == "RUNNING"]
+        return finished and running
+
+    try:
+        _wait_for(second_job_running, "finished job and a running one", process, timeout=300)
+        process.send_signal(signal.SIGTERM)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    done = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+    one_error_line(done, "interrupted by SIGTERM", code=143)
+    (parent,) = _parents(client)
+    assert parent.info.status == "KILLED"
+    jobs = _children(client, parent)
+    by_status = sorted(run.info.status for run in jobs)
+    assert by_status.count("KILLED") == 1 and "RUNNING" not in by_status, by_status
+    finished = {run.data.params["M"] for run in jobs if run.info.status == "FINISHED"}
+    assert 1 <= len(finished) < 3
+    assert all(run.data.metrics["perf/gflops"] > 0 for run in jobs
+               if run.info.status == "FINISHED")
+
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                             env=env)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    second = _parents(client)[1]
+    again = _children(client, second)
+    cached = {run.data.params["M"] for run in again if run.data.tags["gemmlab.status"] == "cached"}
+    measured = {run.data.params["M"] for run in again if run.data.tags["gemmlab.status"] == "ok"}
+    assert cached == finished and cached | measured == {"96", "104", "112"}
+
+
+def test_make_ui_binds_localhost():
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    ui = [line for line in makefile.splitlines() if "mlflow ui" in line or "mlflow server" in line]
+    assert ui and all("--host 127.0.0.1" in line for line in ui)
