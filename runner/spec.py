@@ -96,7 +96,7 @@ def check_params(name: str, params: Mapping[str, int], allowed: Mapping[str, lis
         if not MACRO_NAME.match(macro):
             raise Refused(f"{name}: parameter name {macro!r} is not an upper-case macro name")
         if macro not in allowed:
-            raise RunError(f"{name}: parameter {macro} has no list of allowed values in its spec")
+            raise Refused(f"{name}: parameter {macro} has no list of allowed values in its spec")
     for macro, values in allowed.items():
         if macro not in params:
             raise RunError(f"{name}: parameter {macro} has allowed values but no value")

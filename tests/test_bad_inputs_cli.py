@@ -172,7 +172,7 @@ REFUSED_BY_THE_SPEC = [
     (["kernel.params.TS=-16"], "refused", "TS=-16 is not an allowed value"),
     (["kernel.max_registers=8"], "refused", "max_registers=8 must be within 16..255"),
     (["+kernel.params.lower=1"], "refused", "'lower' is not an upper-case macro name"),
-    (["+kernel.params.EVIL=1"], "failed", "parameter EVIL has no list of allowed values"),
+    (["+kernel.params.EVIL=1"], "refused", "parameter EVIL has no list of allowed values"),
     (["kernel.sources.opencl=../../../../etc/passwd"], "refused",
      "'../../../../etc/passwd' must be a plain file name"),
     (["kernel.sources.opencl=/etc/passwd"], "refused", "'/etc/passwd' must be a plain file name"),

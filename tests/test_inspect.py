@@ -89,7 +89,7 @@ def test_a_run_records_the_inspection(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the sqlite store's artifacts go under ./mlruns
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2", "size=32",
-                         "timing.repeats=2", f"tracking.uri={store}")
+                         "timing.repeats=3", f"tracking.uri={store}")
     assert run(cfg) > 0
     client = MlflowClient(store)
     experiment = client.get_experiment_by_name("gemmlab")
