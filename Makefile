@@ -14,7 +14,7 @@ inspect:            ## PTX, SASS, registers, instruction mix; e.g. ARGS="backend
 	$(PYTHON) -m runner.inspect $(ARGS)
 
 test:               ## the CPU test suite (what CI runs); GPU tests skip without a GPU
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n auto
 
 test-gpu:           ## only the GPU-marked tests (on a machine with an NVIDIA GPU)
 	$(PYTHON) -m pytest -q -m gpu

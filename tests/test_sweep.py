@@ -128,9 +128,9 @@ def test_a_relaunched_sweep_skips_what_was_measured_and_reruns_on_request(tmp_pa
 
 def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    sizes = "size=160,168,176,184,192,200"
+    sizes = "size=256,264,272,280,288,296"  # over a second a job, so the signal lands mid-sweep
     command = [sys.executable, "-m", "runner", "-m", *QUICK, "kernel=matmul_1", sizes,
-               "timing.repeats=30", f"tracking.uri={store}"]
+               "timing.repeats=200", f"tracking.uri={store}"]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     client = MlflowClient(store)
@@ -143,7 +143,8 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
                         if run.info.status == "FINISHED"]
         except Exception:  # the store is being created
             continue
-    assert finished and process.poll() is None, "the sweep should still be running"
+    assert finished and process.poll() is None, \
+        f"the sweep should still be running: {process.poll()} {process.communicate()[1][-2000:]}"
     process.send_signal(signal.SIGINT)
     process.communicate(timeout=120)
     (interrupted,) = parents(client)
@@ -159,7 +160,7 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     cached = {run.data.params["M"] for run in jobs if run.data.tags["gemmlab.status"] == "cached"}
     measured = {run.data.params["M"] for run in jobs if run.data.tags["gemmlab.status"] == "ok"}
     assert cached == done_before
-    assert cached | measured == {"160", "168", "176", "184", "192", "200"}
+    assert cached | measured == {"256", "264", "272", "280", "288", "296"}
 
 
 def _free_port() -> int:
