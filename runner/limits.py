@@ -3,7 +3,7 @@
 from typing import Mapping, Optional
 
 from runner.backends.base import DeviceInfo, KernelResources
-from runner.errors import Refused, RunError
+from runner.errors import Refused
 from runner.spec import KernelPlan
 
 

@@ -28,8 +28,15 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no screen needed
 import matplotlib.pyplot as plt  # noqa: E402
+
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
+
+from runner.records import is_gemm as _is_gemm  # noqa: E402
+from runner.records import rate as _rate  # noqa: E402
+from runner.records import size_label as _size_label  # noqa: E402
+from runner.records import status  # noqa: E402
+from runner.records import vendor_rate as _vendor_rate  # noqa: E402
 
 SWEEP_TAG = "gemmlab.sweep"
 PARENT_TAG = "mlflow.parentRunId"
@@ -110,15 +117,6 @@ def select(runs: list, backend: Optional[str] = None, device: Optional[str] = No
     return runs
 
 
-def status(run) -> str:
-    """ok, refused, failed or cached; runs recorded before the tag: FINISHED is ok."""
-    tagged = run.data.tags.get("gemmlab.status")
-    if tagged:
-        return tagged
-    return {"FINISHED": "ok", "RUNNING": "running", "SCHEDULED": "running"}.get(
-        run.info.status, "failed")
-
-
 # ---------------------------------------------------------------- tables
 
 def _step_key(kernel: str):
@@ -135,30 +133,8 @@ def _fmt_rate(value) -> str:
     return _fmt(value, ",.0f" if value is None or abs(value) >= 100 else ".3g")
 
 
-def _is_gemm(run) -> bool:
-    return run.data.tags.get("gemmlab.operation", "sgemm") == "sgemm"
-
-
-def _size_label(run) -> str:
-    params = run.data.params
-    size = f"{params.get('M')}x{params.get('N')}"
-    if _is_gemm(run):
-        size += f"x{params.get('K')}"
-    return size
-
-
 def _size_key(size: str):
     return tuple(int(v) for v in re.findall(r"\d+", size))
-
-
-def _rate(run) -> Optional[float]:
-    m = run.data.metrics
-    return m.get("perf/gflops") if _is_gemm(run) else m.get("bw/gbps")
-
-
-def _vendor_rate(run) -> Optional[float]:
-    m = run.data.metrics
-    return m.get("vendor/gflops") if _is_gemm(run) else m.get("vendor/gbps")
 
 
 def _unit(is_gemm: bool) -> str:

@@ -34,7 +34,11 @@ from typing import Optional
 import yaml
 
 from runner.paths import CONF_DIR
-from runner.report import MEASURED, load_runs, select, status
+from runner.records import is_gemm as _is_gemm
+from runner.records import rate as _rate
+from runner.records import status
+from runner.records import vendor_rate as _vendor_rate
+from runner.report import MEASURED, load_runs, select
 
 TABLES_DIR = CONF_DIR / "seeds"
 ROWS_DIR = CONF_DIR / "seed_row"
@@ -183,20 +187,6 @@ def write_configs() -> list[Path]:
 
 
 # ---------------------------------------------------------------- runs to rows
-
-def _is_gemm(run) -> bool:
-    return run.data.tags.get("gemmlab.operation", "sgemm") == "sgemm"
-
-
-def _rate(run) -> Optional[float]:
-    m = run.data.metrics
-    return m.get("perf/gflops") if _is_gemm(run) else m.get("bw/gbps")
-
-
-def _vendor_rate(run) -> Optional[float]:
-    m = run.data.metrics
-    return m.get("vendor/gflops") if _is_gemm(run) else m.get("vendor/gbps")
-
 
 def _run_size(run) -> Optional[int]:
     """The square size of a run (M = N, and K too for SGEMM), else None."""

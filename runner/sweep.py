@@ -28,6 +28,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from runner.records import rate as _rate
+from runner.records import size_label as _size
+from runner.records import status as _status
+from runner.records import tiling as _tiling
+from runner.records import unit as _unit
+
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
 STATUSES = ("ok", "cached", "refused", "failed")
 log = logging.getLogger(__name__)
@@ -81,34 +87,6 @@ def expected_jobs(config: DictConfig) -> Optional[int]:
         return total
     except Exception:  # a sweep the basic parser cannot expand (e.g. an interval)
         return None
-
-
-def _rate(run) -> Optional[float]:
-    metrics = run.data.metrics
-    return metrics.get("perf/gflops", metrics.get("bw/gbps"))
-
-
-def _unit(run) -> str:
-    return "GFLOPS" if "perf/gflops" in run.data.metrics else "GB/s"
-
-
-def _status(run) -> str:
-    status = run.data.tags.get("gemmlab.status")
-    if status in STATUSES:
-        return status
-    return "ok" if run.info.status == "FINISHED" else "failed"
-
-
-def _size(run) -> str:
-    params = run.data.params
-    size = f"{params.get('M')}x{params.get('N')}"
-    return size + (f"x{params['K']}" if run.data.tags.get("gemmlab.operation") == "sgemm" else "")
-
-
-def _tiling(run) -> str:
-    return " ".join(f"{key.rsplit('.', 1)[-1]}={value}"
-                    for key, value in sorted(run.data.params.items())
-                    if key.startswith("kernel.params."))
 
 
 @dataclass

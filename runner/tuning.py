@@ -18,17 +18,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from runner.report import PARENT_TAG, SWEEP_TAG, _client, _search, status  # noqa: E402
-
-
-def _rate(run) -> Optional[float]:
-    return run.data.metrics.get("perf/gflops", run.data.metrics.get("bw/gbps"))
-
-
-def _tiling(run) -> str:
-    return " ".join(f"{key.rsplit('.', 1)[-1]}={value}"
-                    for key, value in sorted(run.data.params.items())
-                    if key.startswith("kernel.params."))
+from runner.records import rate as _rate, status, tiling as _tiling  # noqa: E402
+from runner.report import PARENT_TAG, SWEEP_TAG, _client, _search  # noqa: E402
 
 
 def newest_sweep(client, experiment_id: str, sweeper: str):

@@ -68,9 +68,7 @@ def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup: int,
         if flush_l2:  # the same cold start as the kernel's samples, on cuBLAS's device
             l2 = cupy.cuda.runtime.getDeviceProperties(device_id)["l2CacheSize"]
             scratch = cupy.empty(max(2 * l2, 64 << 20) // 4, dtype=cupy.float32)
-
-            def flush():
-                scratch.fill(0)
+            flush = lambda: scratch.fill(0)  # noqa: E731
         samples = measure(once, warmup, repeats, "cuBLAS SGEMM", flush)
         return samples, cupy.asnumpy(c)
 

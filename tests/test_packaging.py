@@ -1,7 +1,6 @@
 """What a built wheel carries: every config and kernel source, in a package setuptools knows."""
 
 import fnmatch
-from pathlib import Path
 
 import pytest
 
