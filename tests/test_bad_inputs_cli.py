@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
+from runner.store import ensure_store
+
 QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0", "size=16"]
 ERROR = "gemmlab: error:"
 
@@ -358,6 +360,9 @@ def _wait_for(condition, what: str, process: subprocess.Popen, timeout: float = 
                          ids=["SIGINT", "SIGTERM"])
 def test_a_signal_during_a_run_ends_it_killed(store, tmp_path, signum, code):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # The test polls the store while the command runs: create it first, as the command does
+    # under its lock, or this unlocked reader races the command's schema migration.
+    ensure_store(uri)
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     process = subprocess.Popen(
         [sys.executable, "-m", "runner", "backend.device_type=cpu", "kernel=matmul_1", "size=32",
@@ -400,6 +405,9 @@ def test_sigterm_during_a_sweep_kills_the_running_job_and_the_sweep_resumes(tmp_
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     command = [sys.executable, "-m", "runner", "-m", "backend.device_type=cpu", "kernel=matmul_1",
                "size=96,104,112", "timing.warmup=0", "timing.repeats=3000", f"tracking.uri={uri}"]
+    # The test polls the store while the command runs: create it first, as the command does
+    # under its lock, or this unlocked reader races the command's schema migration.
+    ensure_store(uri)
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True, env=env)

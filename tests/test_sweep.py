@@ -15,6 +15,7 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import compose_config
+from runner.store import ensure_store
 from runner.sweep import expected_jobs, sweep_definition
 
 QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0"]
@@ -131,6 +132,9 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     sizes = "size=256,264,272,280,288,296"  # over a second a job, so the signal lands mid-sweep
     command = [sys.executable, "-m", "runner", "-m", *QUICK, "kernel=matmul_1", sizes,
                "timing.repeats=200", f"tracking.uri={store}"]
+    # The test polls the store while the command runs: create it first, as the command does
+    # under its lock, or this unlocked reader races the command's schema migration.
+    ensure_store(store)
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     client = MlflowClient(store)
