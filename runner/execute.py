@@ -11,9 +11,10 @@ from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.errors import VerificationError
-from runner.limits import (check_host_memory, check_kernel_limits, check_launch_limits,
+from runner.limits import (check_device_support, check_host_memory, check_kernel_limits, check_launch_limits,
                            check_memory)
-from runner.operations import CheckResult, Problem, check_result, make_problem, operation_floats
+from runner.operations import (CheckResult, Problem, check_result, effective_check,
+                               make_problem, operation_floats)
 from runner.paths import kernel_source_path
 from runner.spec import KernelPlan
 from runner.timing import TimeStats, measure
@@ -151,6 +152,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         "device.type": device.device_type, "device.compute_capability": device.compute_capability,
         "timing.launches": " + ".join(launch.entry for launch in plan.launches),
     })
+    check_device_support(plan, device)
     check_launch_limits(plan, device)
     # Memory is checked before the inputs are drawn: a size too large for the device (or the
     # host) is refused in a moment instead of filling the host's memory first.
@@ -176,7 +178,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     check_kernel_limits(plan, device, resources)
 
     started = time.perf_counter()  # the kernel's own work: the checked launch and the timing
-    check = checked_launch(backend, prepared, problem, cfg.check, cfg.seed)
+    check_cfg = effective_check(cfg)  # a reduced-precision step's own tolerance
+    check = checked_launch(backend, prepared, problem, check_cfg, cfg.seed)
     metrics["check/rel_error"] = check.rel_error if check.rel_error == check.rel_error else None
     metrics["check/passed"] = 1.0 if check.passed else 0.0
     recorder.metrics(metrics)
@@ -201,8 +204,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     recorder.metrics(metrics)
     recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
 
-    vendor = vendor_baseline(backend, plan.operation, problem, buffers, cfg.timing, cfg.check,
-                             cfg.seed)
+    vendor = vendor_baseline(backend, plan, problem, buffers, cfg.timing, check_cfg, cfg.seed)
     vendor_stats = None
     if vendor is not None:
         vendor_stats = TimeStats.of(vendor.samples_ms)
@@ -214,6 +216,17 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
             "vendor/rel_error": vendor.rel_error,
             "perf/pct_of_vendor": 100.0 * vendor_stats.median / stats.median,
         })
+        if vendor.rel_error and metrics.get("check/rel_error") is not None:
+            metrics["check/error_vs_vendor"] = metrics["check/rel_error"] / vendor.rel_error
         recorder.tags({"vendor.name": vendor.name})
+        if vendor.tf32 is not None:  # a TF32 step against the library in the same mode
+            tf32_median = TimeStats.of(vendor.tf32.samples_ms).median
+            metrics.update({
+                "vendor_tf32/time_ms_median": tf32_median,
+                "vendor_tf32/gflops": plan.flops / (tf32_median * 1e-3) / 1e9,
+                "vendor_tf32/rel_error": vendor.tf32.rel_error,
+                "perf/pct_of_vendor_tf32": 100.0 * tf32_median / stats.median,
+            })
+            recorder.tags({"vendor_tf32.name": vendor.tf32.name})
         recorder.metrics(metrics)
     return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics)

@@ -11,6 +11,22 @@ def _gb(nbytes: int) -> str:
     return f"{nbytes / 1e9:.2f} GB"
 
 
+def check_device_support(plan: KernelPlan, device: DeviceInfo) -> None:
+    """A step written for NVIDIA's tensor cores (inline PTX) on a device that has them."""
+    needed = plan.requires_compute_capability
+    if needed is None:
+        return
+    wanted = f"an NVIDIA GPU of compute capability {needed // 10}.{needed % 10} or later"
+    if not device.is_nvidia_gpu or device.compute_capability is None:
+        raise Refused(f"{plan.name} needs {wanted} (its source is NVIDIA inline PTX: mma.sync "
+                       f"on the tensor cores), not {device.name} ({device.platform}); "
+                       f"run it with backend=cuda or backend=opencl backend.platform=NVIDIA")
+    major, minor = (int(part) for part in device.compute_capability.split("."))
+    if major * 10 + minor < needed:
+        raise Refused(f"{plan.name} needs {wanted}; {device.name} is "
+                       f"{device.compute_capability}")
+
+
 def check_launch_limits(plan: KernelPlan, device: DeviceInfo) -> None:
     """Work-group shape against the device's limits, before anything is compiled."""
     for launch in plan.launches:

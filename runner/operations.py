@@ -56,6 +56,22 @@ def make_problem(operation: Operation, size: ProblemSize, seed: int) -> Problem:
     return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.N, size.M))
 
 
+def check_tolerance(cfg) -> float:
+    """The tolerance a run is checked with: the step's own (`kernel.tolerance`, for a reduced
+    precision step such as TF32) or else `check.tolerance`, the FP32 steps' default."""
+    own = cfg.kernel.get("tolerance")
+    return float(cfg.check.tolerance if own is None else own)
+
+
+def effective_check(cfg):
+    """A copy of `cfg.check` holding the tolerance the run is checked with (check_tolerance)."""
+    from omegaconf import OmegaConf
+
+    checked = OmegaConf.create(OmegaConf.to_container(cfg.check, resolve=True))
+    checked.tolerance = check_tolerance(cfg)
+    return checked
+
+
 def _unwritten(result: np.ndarray) -> Optional[str]:
     bad = ~np.isfinite(result)
     if bad.any():

@@ -15,6 +15,7 @@ from typing import Optional
 from runner import __version__
 from runner.backends.base import Backend
 from runner.errors import RunError
+from runner.operations import check_tolerance
 from runner.paths import kernel_source_path
 from runner.spec import KernelPlan
 
@@ -41,7 +42,7 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
         "params": dict(plan.params), "max_registers": plan.max_registers,
         "size": plan.size.as_names(), "seed": cfg.seed,
         "timing": [cfg.timing.warmup, cfg.timing.repeats, cfg.timing.flush_l2],
-        "check": [cfg.check.tolerance, cfg.check.full_reference_max_macs,
+        "check": [check_tolerance(cfg), cfg.check.full_reference_max_macs,
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,
     }

@@ -18,6 +18,12 @@ class Operation(Enum):
     transpose = "transpose"
 
 
+class Precision(Enum):
+    fp32 = "fp32"  # FP32 multiplies and adds (FFMA): the ladder's SIMT steps
+    tf32 = "tf32"  # inputs rounded to TF32 on the tensor cores, FP32 sums: reduced precision
+    tf32x3 = "tf32x3"  # three TF32 tensor-core products per term, error-compensated: FP32-accurate
+
+
 class DeviceType(Enum):
     auto = "auto"  # a GPU if any platform has one, else the CPU
     gpu = "gpu"
@@ -67,6 +73,14 @@ class KernelConfig:
     # Registers per work-item the compiler may use (None: its own choice). One cap for both
     # backends, so two work-groups of 256 fit an SM in OpenCL too, which has no launch bounds.
     max_registers: Optional[int] = None
+    # What the arithmetic is (recorded with every run; tf32 is labelled reduced precision).
+    precision: Precision = Precision.fp32
+    # The step's own check tolerance, in place of check.tolerance (the FP32 steps' default),
+    # for a step whose precision cannot meet it; None: check.tolerance.
+    tolerance: Optional[float] = None
+    # NVIDIA compute capability (major*10+minor) the source needs, e.g. 80 for mma.sync TF32
+    # inline PTX: any other device is refused before a compile. None: any device.
+    requires_compute_capability: Optional[int] = None
 
 
 @dataclass

@@ -66,6 +66,8 @@ class KernelPlan:
     flops: int
     min_bytes: int
     max_registers: Optional[int] = None
+    precision: str = "fp32"
+    requires_compute_capability: Optional[int] = None
 
     @property
     def defines(self) -> dict[str, int]:
@@ -168,5 +170,7 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     max_registers = kernel_cfg.get("max_registers")
     if max_registers is not None and not 16 <= max_registers <= 255:
         raise Refused(f"{name}: max_registers={max_registers} must be within 16..255")
+    precision = kernel_cfg.get("precision", "fp32")
     return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
-                      max_registers)
+                      max_registers, getattr(precision, "value", precision),
+                      kernel_cfg.get("requires_compute_capability"))

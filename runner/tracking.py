@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from runner import __version__
+from runner.operations import check_tolerance
 from runner.paths import PACKAGE_DIR, checkout_root
 from runner.store import ensure_store
 
@@ -70,8 +71,14 @@ def comparable_params(cfg: DictConfig) -> dict[str, str]:
                    "seed": str(cfg.seed), "timing.warmup": str(cfg.timing.warmup),
                    "timing.repeats": str(cfg.timing.repeats),
                    "timing.flush_l2": str(cfg.timing.flush_l2),
-                   "check.tolerance": str(cfg.check.tolerance)})
+                   "check.tolerance": str(check_tolerance(cfg)),
+                   "kernel.precision": _precision(cfg)})
     return params
+
+
+def _precision(cfg) -> str:
+    precision = cfg.kernel.get("precision", "fp32")
+    return str(getattr(precision, "value", precision))
 
 
 def git_commit(package_dir: Path = PACKAGE_DIR) -> Optional[str]:

@@ -76,6 +76,9 @@ def validate(cfg) -> None:
             shown = "size"  # m, n and k follow `size` unless given
         value: Optional[object] = OmegaConf.select(cfg, key)
         check_value(shown, value, rule)
+    own_tolerance = OmegaConf.select(cfg, "kernel.tolerance")
+    if own_tolerance is not None:  # a reduced-precision step's own, in place of check.tolerance
+        check_value("kernel.tolerance", own_tolerance, RANGES["check.tolerance"])
     for backend in ("opencl", "cuda"):  # names from a user's YAML pick a file inside the folders
         name = OmegaConf.select(cfg, f"kernel.sources.{backend}")
         if name is not None:

@@ -1,7 +1,8 @@
 """The vendor baseline, in the same run, on the same device and data.
 
 SGEMM: cuBLAS through CuPy (TF32 off) on an NVIDIA GPU, whichever backend runs the kernel;
-numpy's BLAS when the OpenCL device is the CPU. Copy and transpose: the device's own
+numpy's BLAS when the OpenCL device is the CPU. A step that is not plain FP32 (TF32 tensor cores)
+is compared with cuBLAS in TF32 mode as well, on the same data. Copy and transpose: the device's own
 device-to-device copy of the same bytes, through the same backend.
 """
 
@@ -15,6 +16,7 @@ import numpy as np
 from runner.backends.base import Backend
 from runner.operations import Problem, check_sgemm
 from runner.schema import Operation
+from runner.spec import KernelPlan
 from runner.timing import measure
 
 
@@ -23,6 +25,7 @@ class VendorResult:
     name: str
     samples_ms: list[float]
     rel_error: Optional[float] = None  # against the same float64 reference as the kernel
+    tf32: Optional["VendorResult"] = None  # cuBLAS in TF32 mode, for a tensor-core step
 
 
 def _cuda_device_for(backend: Backend) -> Optional[int]:
@@ -44,12 +47,31 @@ def _cuda_device_for(backend: Backend) -> Optional[int]:
 
 
 def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup: int,
-                 repeats: int, flush_l2: bool = False) -> tuple[list[float], np.ndarray]:
-    os.environ["CUPY_TF32"] = "0"  # plain FP32: the comparison is FP32 against FP32
+                 repeats: int, flush_l2: bool = False,
+                 tf32: bool = False) -> tuple[list[float], np.ndarray]:
+    """cuBLAS through cupy.matmul: plain FP32 (the comparison of FP32 with FP32), or with
+    `tf32` the TF32 tensor-core mode that reduced-precision steps are also compared with."""
+    os.environ["CUPY_TF32"] = "0"
     import cupy
+    from cupy._core import _routines_linalg as linalg
 
     from runner.backends.cuda import hold_queue
 
+    label = "cuBLAS TF32" if tf32 else "cuBLAS SGEMM"
+    if not tf32:  # CuPy's default mode for float32, with CUPY_TF32=0: cublasSgemm, FP32 FFMA
+        return _cublas_samples(cupy, hold_queue, A, B, device_id, warmup, repeats, flush_l2, label)
+    with cupy.cuda.Device(device_id):  # the mode is set for (and checked against) this GPU
+        previous = linalg.get_compute_type(np.dtype(np.float32))
+        linalg.set_compute_type(np.dtype(np.float32), linalg.COMPUTE_TYPE_TF32)
+        try:
+            return _cublas_samples(cupy, hold_queue, A, B, device_id, warmup, repeats, flush_l2,
+                                   label)
+        finally:
+            linalg.set_compute_type(np.dtype(np.float32), previous)
+
+
+def _cublas_samples(cupy, hold_queue, A: np.ndarray, B: np.ndarray, device_id: int, warmup: int,
+                    repeats: int, flush_l2: bool, label: str) -> tuple[list[float], np.ndarray]:
     with cupy.cuda.Device(device_id):
         a, b = cupy.asarray(A), cupy.asarray(B)
         c = cupy.full((A.shape[0], B.shape[1]), np.nan, dtype=cupy.float32)
@@ -69,7 +91,7 @@ def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup: int,
             l2 = cupy.cuda.runtime.getDeviceProperties(device_id)["l2CacheSize"]
             scratch = cupy.empty(max(2 * l2, 64 << 20) // 4, dtype=cupy.float32)
             flush = lambda: scratch.fill(0)  # noqa: E731
-        samples = measure(once, warmup, repeats, "cuBLAS SGEMM", flush)
+        samples = measure(once, warmup, repeats, label, flush)
         return samples, cupy.asnumpy(c)
 
 
@@ -89,23 +111,26 @@ def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup: int,
 _measured: dict[tuple, Optional[VendorResult]] = {}
 
 
-def vendor_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
+def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffers: dict,
                     timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
     """The baseline for this problem, measured once per backend, size, seed and settings in a
     process: the jobs of a sweep that share a size share one measurement of the library."""
+    operation = plan.operation
+    with_tf32 = operation is Operation.sgemm and plan.precision != "fp32"
     shape = tuple(array.shape for array in problem.inputs.values())
-    key = (id(backend), operation, shape, seed, timing_cfg.warmup, timing_cfg.repeats,
+    key = (id(backend), operation, with_tf32, shape, seed, timing_cfg.warmup, timing_cfg.repeats,
            timing_cfg.flush_l2,
            check_cfg.tolerance, check_cfg.full_reference_max_macs, check_cfg.sample_rows,
            check_cfg.sample_cols)
     if key not in _measured:
         _measured[key] = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
-                                           check_cfg, seed)
+                                           check_cfg, seed, with_tf32)
     return _measured[key]
 
 
 def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
-                      timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
+                      timing_cfg, check_cfg, seed: int,
+                      with_tf32: bool = False) -> Optional[VendorResult]:
     warmup, repeats = timing_cfg.warmup, timing_cfg.repeats
     if operation is not Operation.sgemm:
         nbytes = problem.inputs["src"].nbytes
@@ -121,14 +146,24 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
 
     A, B = problem.inputs["A"], problem.inputs["B"]
     device_id = _cuda_device_for(backend)
+    tf32 = None
     if device_id is not None:
         samples, C = cublas_sgemm(A, B, device_id, warmup, repeats, timing_cfg.flush_l2)
         name = "cuBLAS SGEMM (CuPy, TF32 off)"
+        if with_tf32:
+            tf32_samples, C_tf32 = cublas_sgemm(A, B, device_id, warmup, repeats,
+                                                timing_cfg.flush_l2, tf32=True)
+            tf32 = VendorResult("cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)", tf32_samples,
+                                _rel_error(A, B, C_tf32, check_cfg, seed))
     elif backend.device_info().device_type == "cpu":
         samples, C = numpy_sgemm(A, B, warmup, repeats)
         name = "numpy SGEMM (host BLAS)"
     else:
         return None  # no vendor library known for this device: absent, not invented
-    check = check_sgemm(A, B, C, check_cfg.tolerance, check_cfg.full_reference_max_macs,
-                        check_cfg.sample_rows, check_cfg.sample_cols, seed)
-    return VendorResult(name, samples, check.rel_error)
+    return VendorResult(name, samples, _rel_error(A, B, C, check_cfg, seed), tf32)
+
+
+def _rel_error(A: np.ndarray, B: np.ndarray, C: np.ndarray, check_cfg, seed: int) -> float:
+    """The library's error against the float64 reference the kernel is checked with."""
+    return check_sgemm(A, B, C, check_cfg.tolerance, check_cfg.full_reference_max_macs,
+                       check_cfg.sample_rows, check_cfg.sample_cols, seed).rel_error

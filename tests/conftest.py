@@ -12,7 +12,12 @@ from runner.schema import register_configs
 
 register_configs()
 
-KERNEL_NAMES = sorted(p.stem for p in (CONF_DIR / "kernel").glob("*.yaml"))
+def _step_order(name: str) -> tuple:
+    family, _, number = name.rpartition("_")
+    return family, int(number) if number.isdigit() else 0
+
+
+KERNEL_NAMES = sorted((p.stem for p in (CONF_DIR / "kernel").glob("*.yaml")), key=_step_order)
 SGEMM_KERNELS = [n for n in KERNEL_NAMES if n.startswith("matmul_")]
 MOVE_KERNELS = [n for n in KERNEL_NAMES if not n.startswith("matmul_")]
 
@@ -26,6 +31,12 @@ def compose_config(*overrides: str, with_hydra: bool = False):
 
 def kernel_yaml(name: str) -> dict:
     return yaml.safe_load(Path(CONF_DIR / "kernel" / f"{name}.yaml").read_text())
+
+
+# Steps written in NVIDIA inline PTX (tensor cores): refused on the CPU, run on the GPU only.
+NVIDIA_ONLY_KERNELS = [n for n in KERNEL_NAMES if kernel_yaml(n).get("requires_compute_capability")]
+PORTABLE_KERNELS = [n for n in KERNEL_NAMES if n not in NVIDIA_ONLY_KERNELS]
+PORTABLE_SGEMM_KERNELS = [n for n in SGEMM_KERNELS if n not in NVIDIA_ONLY_KERNELS]
 
 
 def _holds(rule: str, names: dict) -> bool:

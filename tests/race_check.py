@@ -15,6 +15,7 @@ import runner.execute
 from conftest import compose_config
 from runner.backends.opencl import OpenCLBackend
 from runner.execute import checked_launch, prepare
+from runner.operations import effective_check
 from runner.operations import make_problem
 from runner.spec import ProblemSize, plan_kernel
 
@@ -48,6 +49,6 @@ cfg = compose_config(f"kernel={args.kernel}", f"backend={language}", *args.overr
 plan = plan_kernel(cfg.kernel, ProblemSize(*(int(v) for v in args.size.split("x"))))
 problem = make_problem(plan.operation, plan.size, seed=5)
 prepared = prepare(backend, cfg.kernel.sources, plan, problem)
-result = checked_launch(backend, prepared, problem, cfg.check, seed=5)
+result = checked_launch(backend, prepared, problem, effective_check(cfg), seed=5)
 print(f"passed={result.passed} error={result.rel_error}")
 sys.exit(0 if result.passed else 3)

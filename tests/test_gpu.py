@@ -47,3 +47,34 @@ def test_kernel_verified_on_the_gpu(store, name, backend, odd):
     assert metrics["kernel/registers"] > 0, "registers come from the driver (CUDA) or ptxas (OpenCL)"
     assert metrics["perf/pct_of_vendor"] > 0
     assert recorded.data.tags["device.type"] == "gpu"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("size", ["size=4096", "size=8192"])
+def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, backend, size):
+    """matmul_11's error against float64 is no worse than twice cuBLAS SGEMM's on the same data,
+    under the FP32 steps' tolerance (the 3xTF32 claim; its speed is the benchmark page's)."""
+    cfg = compose_config("kernel=matmul_11", *backend, size, "timing.repeats=3",
+                         "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    metrics, params = recorded.data.metrics, recorded.data.params
+    assert params["kernel.precision"] == "tf32x3"
+    assert params["check.tolerance"] == str(cfg.check.tolerance)  # the FP32 default
+    assert metrics["check/error_vs_vendor"] <= 2.0, (metrics["check/rel_error"],
+                                                     metrics["vendor/rel_error"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
+    cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",
+                         "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    metrics, params = recorded.data.metrics, recorded.data.params
+    assert params["kernel.precision"] == "tf32"
+    assert float(params["check.tolerance"]) == cfg.kernel.tolerance
+    assert metrics["vendor_tf32/gflops"] > 0 and metrics["perf/pct_of_vendor_tf32"] > 0
+    # cuBLAS in TF32 mode is reduced precision too: far from SGEMM's error, near the step's.
+    assert metrics["vendor_tf32/rel_error"] > 10 * metrics["vendor/rel_error"]
+    assert metrics["check/rel_error"] < 3 * metrics["vendor_tf32/rel_error"]

@@ -2,7 +2,10 @@
 
 import pytest
 
-from conftest import MOVE_KERNELS, SGEMM_KERNELS, compose_config, variant_params
+from conftest import (MOVE_KERNELS, NVIDIA_ONLY_KERNELS, PORTABLE_SGEMM_KERNELS, compose_config,
+                      variant_params)
+from runner.errors import Refused
+from runner.limits import check_device_support
 from runner.execute import checked_launch, prepare
 from runner.operations import make_problem
 from runner.spec import ProblemSize, plan_kernel
@@ -24,7 +27,8 @@ def _ids(values):
     return ",".join(f"{k}={v}" for k, v in values.items())
 
 
-@pytest.mark.parametrize("name,params", [(n, p) for n in SGEMM_KERNELS for p in variant_params(n)],
+@pytest.mark.parametrize("name,params", [(n, p) for n in PORTABLE_SGEMM_KERNELS
+                                         for p in variant_params(n)],
                          ids=lambda v: _ids(v) if isinstance(v, dict) else v)
 def test_sgemm_kernel_matches_float64(cpu_backend, name, params):
     for size in SGEMM_SIZES:
@@ -39,6 +43,13 @@ def test_copy_and_transpose_kernels_are_bit_exact(cpu_backend, name, params):
     for size in MOVE_SIZES:
         result = _run(cpu_backend, name, params, size)
         assert result.passed, f"{name} {params} at {size}: {result.detail}"
+
+
+@pytest.mark.parametrize("name", NVIDIA_ONLY_KERNELS)
+def test_tensor_core_steps_are_refused_on_the_cpu_before_a_compile(cpu_backend, name):
+    plan = plan_kernel(compose_config(f"kernel={name}").kernel, ProblemSize(64, 64, 64))
+    with pytest.raises(Refused, match=r"needs an NVIDIA GPU of compute capability 8\.0 or later"):
+        check_device_support(plan, cpu_backend.device_info())
 
 
 def test_a_kernel_that_skips_elements_is_caught(cpu_backend, tmp_path, monkeypatch):

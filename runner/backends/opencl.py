@@ -153,6 +153,13 @@ def _nvidia_pci_bus_id(device: "cl.Device") -> Optional[int]:
         return None
 
 
+def _nvidia_compute_capability(device: "cl.Device") -> Optional[str]:
+    try:  # cl_nv_device_attribute_query, as CUDA's "major.minor"
+        return f"{int(device.compute_capability_major_nv)}.{int(device.compute_capability_minor_nv)}"
+    except (cl.Error, AttributeError):
+        return None
+
+
 class OpenCLBackend(Backend):
     name = "opencl"
 
@@ -178,6 +185,7 @@ class OpenCLBackend(Backend):
             max_work_group_size=d.max_work_group_size,
             max_work_item_sizes=tuple(d.max_work_item_sizes),
             compute_units=d.max_compute_units,
+            compute_capability=_nvidia_compute_capability(d),
             pci_bus_id=_nvidia_pci_bus_id(d),
         )
 

@@ -1,0 +1,235 @@
+// matmul_11: FP32-accurate SGEMM on TF32 tensor cores, the "3xTF32" error-compensated scheme
+// (as CUTLASS's fast-accurate SGEMM); C = A * B (row-major; A is MxK, B is KxN, C is MxN).
+// NVIDIA GPUs only (compute capability 8.0 or later): the tensor-core instructions are inline
+// PTX, which NVIDIA's OpenCL compiler passes through; the runner refuses other devices.
+//
+// The same algorithm as kernels/cuda/matmul_11.cu (read its header for the split, the fragment
+// layout and the conflict-free padded tiles): every operand x is split into two TF32 values,
+// big = tf32(x) and small = tf32(x - big), and each product is accumulated in FP32 from three
+// mma.sync.m16n8k8 products, a_big*b_small + a_small*b_big + a_big*b_big (small terms first).
+// OpenCL has no cp.async: the next A and B tiles are loaded into registers (float4 chunks when
+// K % 4 == 0 for A and N % 4 == 0 for B, else guarded elements) while the current tile is
+// computed, then stored into the other of two local-memory stages, one barrier per tile:
+//   prologue: tile 0 -> registers -> stage 0, barrier;
+//   iteration t: load tile t+1 into registers; compute tile t from stage t % 2; store the
+//   registers into stage (t+1) % 2; barrier.
+// Race-free: stage (t+1) % 2 was last read while computing tile t-1, before the barrier that
+// ended iteration t-1; tile t+1 is read only after the barrier that ends iteration t.
+//
+// Edges (any M, N, K >= 1): the grid is rounded up to whole tiles; chunks and elements outside
+// A or B are zeros in the registers, so a ragged tile adds zeros; C is stored as float2 pairs
+// when N % 2 == 0, else as guarded scalars, and elements outside C are skipped. Every work-item
+// reaches every barrier (the trip count depends on K only).
+
+#ifndef BM
+#define BM 128  // rows of C per work-group
+#endif
+#ifndef BN
+#define BN 128  // columns of C per work-group
+#endif
+#ifndef BK
+#define BK 16   // depth of the A and B tiles in local memory (a multiple of the mma's k = 8)
+#endif
+#ifndef WM
+#define WM 64   // rows of C per warp (a multiple of the mma's m = 16)
+#endif
+#ifndef WN
+#define WN 32   // columns of C per warp (a multiple of the mma's n = 8)
+#endif
+#ifndef STAGES
+#define STAGES 2  // CUDA's cp.async ring depth: OpenCL always uses 2 register-staged stages
+#endif
+#ifndef GROUP
+#define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
+#endif
+
+#define WARP 32
+#define WARPS_N (BN / WN)                        // warps along N
+#define THREADS ((BM / WM) * WARPS_N * WARP)     // work-items per work-group
+#define MT (WM / 16)                             // mma tiles per warp along M
+#define NT (WN / 8)                              // mma tiles per warp along N
+#define A_LD (BK + 4)                            // padded row of an A tile, in floats
+#define B_LD (BN + 8)                            // padded row of a B tile, in floats
+#define A_CHUNKS (BM * BK / 4)                   // float4 chunks in an A tile
+#define B_CHUNKS (BK * BN / 4)                   // float4 chunks in a B tile
+#define A_LOADS ((A_CHUNKS + THREADS - 1) / THREADS)
+#define B_LOADS ((B_CHUNKS + THREADS - 1) / THREADS)
+
+// x rounded to the nearest TF32 value (ties away from zero), as the bits of an FP32 number.
+inline uint to_tf32(const float x) {
+    uint bits;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
+    return bits;
+}
+
+// x = big + small, both TF32 values; big holds the top 11 significand bits, small the next 11.
+inline void split_tf32(const float x, uint* big, uint* small) {
+    *big = to_tf32(x);
+    *small = to_tf32(x - as_float(*big));
+}
+
+// d += a * b on the tensor cores: a 16x8 A fragment, an 8x8 B fragment, a 16x8 FP32 tile.
+inline void mma_tf32(float* d, const uint* a, const uint* b) {
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// One float4 chunk of X (rows x cols, row-major) at (row, col..col+3); zeros outside X.
+inline float4 load_chunk(const __global float* restrict X, const int row, const int col,
+                         const int rows, const int cols, const int vec_ok) {
+    if (row >= rows) return (float4)(0.0f);
+    const __global float* p = X + row * cols + col;
+    if (vec_ok) return col < cols ? vload4(0, p) : (float4)(0.0f);
+    return (float4)(col < cols ? p[0] : 0.0f, col + 1 < cols ? p[1] : 0.0f,
+                    col + 2 < cols ? p[2] : 0.0f, col + 3 < cols ? p[3] : 0.0f);
+}
+
+// Stores C[row][col], C[row][col+1], skipping what is outside C.
+inline void store_pair(__global float* restrict C, const int row, const int col, const int M,
+                       const int N, const int pair_ok, const float x, const float y) {
+    if (row >= M) return;
+    __global float* p = C + row * N + col;
+    if (pair_ok) {  // N even and col even: an aligned float2, both inside or both outside
+        if (col < N) vstore2((float2)(x, y), 0, p);
+    } else {
+        if (col < N) p[0] = x;
+        if (col + 1 < N) p[1] = y;
+    }
+}
+
+__kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
+void matmul_11(const int M, const int N, const int K, const __global float* restrict A,
+               const __global float* restrict B, __global float* restrict C) {
+    __local float As[2][BM * A_LD] __attribute__((aligned(16)));  // A tiles: [m][k], padded
+    __local float Bs[2][BK * B_LD] __attribute__((aligned(16)));  // B tiles: [k][n], padded
+
+    const int tid = get_local_id(0);
+    const int warp = tid / WARP;
+    const int lane = tid % WARP;
+    const int g = lane / 4;  // the fragment layout's groupID
+    const int t = lane % 4;  // and threadID_in_group
+    const int warp_row = (warp / WARPS_N) * WM;
+    const int warp_col = (warp % WARPS_N) * WN;
+
+#if GROUP == 1
+    const int tile_m = get_group_id(1);
+    const int tile_n = get_group_id(0);
+#else
+    int tile_m, tile_n;
+    {
+        const int groups_n = get_num_groups(0);
+        const int pid = get_group_id(1) * groups_n + get_group_id(0);
+        const int in_group = GROUP * groups_n;           // work-groups in GROUP tile rows
+        const int first_m = (pid / in_group) * GROUP;
+        const int rows = min((int)get_num_groups(1) - first_m, GROUP);  // last group may be short
+        const int r = pid - (pid / in_group) * in_group;
+        tile_m = first_m + r % rows;
+        tile_n = r / rows;
+    }
+#endif
+    const int block_row = tile_m * BM;
+    const int block_col = tile_n * BN;
+    const int a_vec = (K % 4) == 0;
+    const int b_vec = (N % 4) == 0;
+    const int num_tiles = (K + BK - 1) / BK;
+
+    float4 a_next[A_LOADS], b_next[B_LOADS];
+#define LOAD_TILE(k0)                                                                              \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
+            const int c_ = tid + i_ * THREADS;                                                    \
+            a_next[i_] = (A_CHUNKS % THREADS == 0 || c_ < A_CHUNKS)                               \
+                ? load_chunk(A, block_row + c_ / (BK / 4), (k0) + (c_ % (BK / 4)) * 4, M, K, a_vec) \
+                : (float4)(0.0f);                                                                 \
+        }                                                                                         \
+        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
+            const int c_ = tid + i_ * THREADS;                                                    \
+            b_next[i_] = (B_CHUNKS % THREADS == 0 || c_ < B_CHUNKS)                               \
+                ? load_chunk(B, (k0) + c_ / (BN / 4), block_col + (c_ % (BN / 4)) * 4, K, N, b_vec) \
+                : (float4)(0.0f);                                                                 \
+        }                                                                                         \
+    } while (0)
+#define STORE_TILE(stage)                                                                          \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
+            const int c_ = tid + i_ * THREADS;                                                    \
+            if (A_CHUNKS % THREADS == 0 || c_ < A_CHUNKS)                                         \
+                *(__local float4*)(As[stage] + (c_ / (BK / 4)) * A_LD + (c_ % (BK / 4)) * 4) = a_next[i_]; \
+        }                                                                                         \
+        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
+            const int c_ = tid + i_ * THREADS;                                                    \
+            if (B_CHUNKS % THREADS == 0 || c_ < B_CHUNKS)                                         \
+                *(__local float4*)(Bs[stage] + (c_ / (BN / 4)) * B_LD + (c_ % (BN / 4)) * 4) = b_next[i_]; \
+        }                                                                                         \
+    } while (0)
+
+    float acc[MT][NT][4];
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
+
+    LOAD_TILE(0);
+    STORE_TILE(0);
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+    for (int tile = 0; tile < num_tiles; tile++) {
+        const int stage = tile & 1;
+        const int more = tile + 1 < num_tiles;
+        if (more) LOAD_TILE((tile + 1) * BK);
+
+        // This work-item's first A element (row g, column t) and B element (row t, column g).
+        const __local float* a_s = As[stage] + (warp_row + g) * A_LD + t;
+        const __local float* b_s = Bs[stage] + t * B_LD + warp_col + g;
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 8) {
+            uint a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+#pragma unroll
+            for (int i = 0; i < MT; i++) {
+                const __local float* p = a_s + i * 16 * A_LD + kk;
+                split_tf32(p[0], &a_big[i][0], &a_small[i][0]);
+                split_tf32(p[8 * A_LD], &a_big[i][1], &a_small[i][1]);
+                split_tf32(p[4], &a_big[i][2], &a_small[i][2]);
+                split_tf32(p[8 * A_LD + 4], &a_big[i][3], &a_small[i][3]);
+            }
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const __local float* p = b_s + kk * B_LD + j * 8;
+                split_tf32(p[0], &b_big[j][0], &b_small[j][0]);
+                split_tf32(p[4 * B_LD], &b_big[j][1], &b_small[j][1]);
+            }
+            // Term by term over all tiles: consecutive mma.sync are independent.
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_big[i], b_small[j]);
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_small[i], b_big[j]);
+#pragma unroll
+            for (int i = 0; i < MT; i++)
+#pragma unroll
+                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_big[i], b_big[j]);
+        }
+
+        if (more) STORE_TILE(stage ^ 1);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    const int pair_ok = (N % 2) == 0;
+#pragma unroll
+    for (int i = 0; i < MT; i++) {
+        const int row = block_row + warp_row + i * 16 + g;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const int col = block_col + warp_col + j * 8 + 2 * t;
+            store_pair(C, row, col, M, N, pair_ok, acc[i][j][0], acc[i][j][1]);
+            store_pair(C, row + 8, col, M, N, pair_ok, acc[i][j][2], acc[i][j][3]);
+        }
+    }
+}
