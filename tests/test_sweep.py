@@ -240,11 +240,11 @@ def test_presets_compose():
 
 def test_the_sweep_definition_and_its_size_are_read_from_the_config():
     cfg = compose_config("+experiment=sgemm_ladder", with_hydra=True)
-    cfg.hydra.overrides.task = ["seed=1,2", "size=64"]  # size fixed: the ladder's sizes go
+    cfg.hydra.overrides.task = ["seed=1,2", "shape=square_1024"]  # one shape: the ladder's go
     definition = sweep_definition(cfg)
     assert definition["kernel"].startswith("matmul_1,") and definition["seed"] == "1,2"
-    assert "size" not in definition
-    assert expected_jobs(cfg) == 9 * 2
+    assert "shape" not in definition
+    assert expected_jobs(cfg) == 11 * 2
 
 
 @pytest.mark.parametrize("search, grid", [("matmul_9", "matmul_9_grid")])
