@@ -20,6 +20,7 @@ from runner.interrupts import describe, shielded
 from runner.paths import CONF_DIR
 from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
 from runner.schema import register_configs
+from runner.size_rules import apply_size_rules, pinned_params
 from runner.spec import ProblemSize, plan_kernel
 from runner.summary import headline, print_cached, print_failure, print_summary
 from runner.sweep import current_parent_run_id, in_sweep
@@ -47,8 +48,17 @@ def run(cfg: DictConfig) -> Optional[float]:
     return _run(cfg)
 
 
+def _task_overrides() -> list:
+    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+
+
 def _run(cfg: DictConfig) -> Optional[float]:
     size = ProblemSize(cfg.m, cfg.n, cfg.k)
+    try:  # before anything is recorded: the run's params are the values it runs with
+        size_rule = apply_size_rules(cfg, pinned_params(_task_overrides()))
+    except RunError as error:
+        print_failure(str(error), None)
+        return None
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()
     try:
@@ -68,6 +78,9 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.params(comparable_params(cfg))
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
+        if size_rule:
+            recorder.tags({"kernel.size_rule": size_rule[:5000]})
+            log.info("size rule of %s: %s", cfg.kernel.name, size_rule)
         recorder.tags({"gemmlab.kernel": cfg.kernel.name, "gemmlab.backend": backend_name,
                        "gemmlab.operation": cfg.kernel.operation.value,
                        "device.index": cfg.backend.device})

@@ -38,6 +38,13 @@ class ConstraintConfig:
 
 
 @dataclass
+class SizeRuleConfig:
+    when: str = MISSING  # expression over M, N, K
+    params: Dict[str, int] = field(default_factory=dict)  # tiling values used when it holds
+    reason: str = MISSING  # one line: why these values at these sizes (recorded with the run)
+
+
+@dataclass
 class LaunchConfig:
     entry: str = MISSING  # kernel function name in the source file
     args: List[str] = MISSING  # names: M, N, K, the operation's buffers, scratch buffers
@@ -81,6 +88,10 @@ class KernelConfig:
     # NVIDIA compute capability (major*10+minor) the source needs, e.g. 80 for mma.sync TF32
     # inline PTX: any other device is refused before a compile. None: any device.
     requires_compute_capability: Optional[int] = None
+    # Tile shapes chosen by problem size: the first rule whose `when` holds sets its params,
+    # unless one of them is given on the command line (or by a sweep); kernel.size_rules=[]
+    # turns the rules off.
+    size_rules: List[SizeRuleConfig] = field(default_factory=list)
 
 
 @dataclass

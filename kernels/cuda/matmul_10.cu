@@ -53,7 +53,7 @@
 #define WM 64   // rows of C per warp (a multiple of the mma's m = 16)
 #endif
 #ifndef WN
-#define WN 32   // columns of C per warp (a multiple of the mma's n = 8)
+#define WN 64   // columns of C per warp (a multiple of the mma's n = 8)
 #endif
 #ifndef STAGES
 #define STAGES 2  // shared-memory tiles in the cp.async ring

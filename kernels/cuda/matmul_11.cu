@@ -9,7 +9,8 @@
 // big and small together hold 22 of FP32's 24 significand bits; the dropped a_small*b_small
 // term is about 2^-22 of the product, so the result is as accurate as an FP32 FFMA product
 // (the runner checks it with the FP32 tolerance and records its error next to cuBLAS SGEMM's).
-// The small products go first so that they are not lost against a large partial sum. Three
+// The small products go first, into a fresh tile that is then added to the accumulator with
+// a rounding FADD (see the k loop: the tensor cores' own accumulation truncates). Three
 // products cost three mma.sync per tile, but the fragments are read from shared memory once:
 // the split is 3 ALU instructions per fragment element, in registers.
 //
@@ -51,16 +52,16 @@
 #define BN 128  // columns of C per block
 #endif
 #ifndef BK
-#define BK 16   // depth of the A and B tiles in shared memory (a multiple of the mma's k = 8)
+#define BK 8   // depth of the A and B tiles in shared memory (a multiple of the mma's k = 8)
 #endif
 #ifndef WM
 #define WM 64   // rows of C per warp (a multiple of the mma's m = 16)
 #endif
 #ifndef WN
-#define WN 32   // columns of C per warp (a multiple of the mma's n = 8)
+#define WN 64   // columns of C per warp (a multiple of the mma's n = 8)
 #endif
 #ifndef STAGES
-#define STAGES 2  // shared-memory tiles in the cp.async ring
+#define STAGES 4  // shared-memory tiles in the cp.async ring
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
@@ -269,19 +270,22 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
                 split_tf32(p[0], b_big[j][0], b_small[j][0]);
                 split_tf32(p[4 * B_LD], b_big[j][1], b_small[j][1]);
             }
-            // Term by term over all tiles: consecutive mma.sync are independent.
+            // The three products of each 16x8 tile go into a fresh FP32 tile d (small ones
+            // first), then into the accumulator with an FADD: tensor cores truncate the sums they
+            // accumulate, so a long running sum inside the mma would drift by about K/8 ulps
+            // (measured: 25x cuBLAS SGEMM's error at K = 4096); d only holds 24 products, and
+            // the FADD rounds to nearest.
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_big[i], b_small[j]);
+                for (int j = 0; j < NT; j++) {
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_tf32(d, a_big[i], b_small[j]);
+                    mma_tf32(d, a_small[i], b_big[j]);
+                    mma_tf32(d, a_big[i], b_big[j]);
 #pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_small[i], b_big[j]);
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_big[i], b_big[j]);
+                    for (int r = 0; r < 4; r++) acc[i][j][r] += d[r];
+                }
         }
     }
 

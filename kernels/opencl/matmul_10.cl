@@ -34,7 +34,7 @@
 #define WM 64   // rows of C per warp (a multiple of the mma's m = 16)
 #endif
 #ifndef WN
-#define WN 32   // columns of C per warp (a multiple of the mma's n = 8)
+#define WN 64   // columns of C per warp (a multiple of the mma's n = 8)
 #endif
 #ifndef STAGES
 #define STAGES 2  // CUDA's cp.async ring depth: OpenCL always uses 2 register-staged stages

