@@ -372,9 +372,12 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
                     linewidth=2, label=label)
         xs = sorted({p[0] for s in series.values() for p in s} | set(vendor))
         ax.set_xscale("log", base=2)
-        ax.xaxis.set_major_locator(FixedLocator(xs))
+        # An odd shape next to a power of two (4097x4095x4093 by 4096) gets no tick of its own:
+        # the two labels would print over each other.
+        ticks = [x for i, x in enumerate(xs) if i == 0 or x > xs[i - 1] * 1.05]
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_minor_locator(NullLocator())
-        ax.set_xticklabels([f"{x:.0f}" for x in xs], rotation=30 if len(xs) > 5 else 0)
+        ax.set_xticklabels([f"{x:.0f}" for x in ticks], rotation=30 if len(ticks) > 5 else 0)
         if len(xs) == 1:
             ax.set_xlim(xs[0] / 1.5, xs[0] * 1.5)
         ax.set_ylim(bottom=0)
