@@ -48,3 +48,19 @@ def test_every_rule_gives_a_valid_kernel_that_computes_correctly(cpu_backend, na
     prepared = prepare(cpu_backend, cfg.kernel.sources, plan, problem)
     result = checked_launch(cpu_backend, prepared, problem, cfg.check, seed=3)
     assert result.passed, result.detail
+
+
+def test_a_run_records_the_rule_it_applied_and_the_values_it_ran_with(tmp_path):
+    import mlflow
+
+    from runner.app import run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = compose_config("kernel=matmul_9", "backend.device_type=cpu", "m=70", "n=67", "k=50",
+                         "timing.warmup=0", "timing.repeats=3", f"tracking.uri={uri}")
+    assert run(cfg) is not None
+    mlflow.set_tracking_uri(uri)
+    recorded = mlflow.get_run(mlflow.last_active_run().info.run_id)
+    assert recorded.data.tags["kernel.size_rule"].startswith("ceil_div(M, 128) * ceil_div(N, 128)")
+    assert recorded.data.params["kernel.params.BM"] == "64"
+    assert recorded.data.params["kernel.params.TM"] == "4"
