@@ -57,6 +57,22 @@ def _backend(cfg):
     return make_backend(cfg.backend)
 
 
+def _check_target(plan, backend) -> None:
+    """A tensor-core step is compiled only for a target that has the instructions."""
+    from runner.errors import Refused
+    from runner.limits import check_device_support
+
+    needed = plan.requires_compute_capability
+    if needed is None:
+        return
+    if backend.name == "cuda":  # the target: the GPU's, or compile_only_cc without one
+        if backend.compute_capability < needed:
+            raise Refused(f"{plan.name} needs sm_{needed} or later (mma.sync TF32); "
+                          f"the target is sm_{backend.compute_capability}")
+        return
+    check_device_support(plan, backend.device_info())
+
+
 def inspect_config(cfg):
     """Compile the config's kernel as a run would (same plan, defines and cache) and inspect it."""
     from runner.execute import compile_once
@@ -65,6 +81,7 @@ def inspect_config(cfg):
 
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     backend = _backend(cfg)
+    _check_target(plan, backend)
     file_name = getattr(cfg.kernel.sources, backend.name)
     source = kernel_source_path(backend.name, file_name, cfg.kernel_dirs).read_text()
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,

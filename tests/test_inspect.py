@@ -125,3 +125,14 @@ def test_the_sass_reader_counts_the_loop_and_the_bank_rule():
     # R5, R7, R9: all odd, all read from the banks -> one conflict; R3, R7 (reuse), R11: R7
     # comes from the reuse cache; R3, R5, R9: all odd -> a second one.
     assert ffma_bank_conflicts(instructions) == 2
+
+
+@pytest.mark.parametrize("target", [["backend=cuda", "backend.compile_only_cc=75"],
+                                    ["backend=opencl", "backend.device_type=cpu"]],
+                         ids=["sm_75", "cpu"])
+def test_a_tensor_core_step_is_refused_for_a_target_without_tensor_cores(tmp_path, capfd, target):
+    assert inspect_cli.main(["--out", str(tmp_path), "kernel=matmul_10", *target]) == 1
+    out, err = capfd.readouterr()
+    error = out + err
+    assert "matmul_10 needs" in error and "Traceback" not in error
+    assert not any(tmp_path.iterdir())  # nothing was compiled or written

@@ -1,0 +1,41 @@
+"""The vendor baseline's cache: one library measurement per problem, shared by the steps that
+differ in precision or tolerance; cuBLAS in TF32 mode only for a reduced-precision step."""
+
+import numpy as np
+
+import runner.vendor as vendor
+from conftest import compose_config
+from runner.operations import effective_check, make_problem
+from runner.spec import ProblemSize, plan_kernel
+
+
+class FakeCuda:
+    """Stands in for cuBLAS on a GPU: counts calls, returns the exact product."""
+    name = "cuda"
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, A, B, device_id, warmup, repeats, flush_l2=False, tf32=False):
+        self.calls.append("tf32" if tf32 else "sgemm")
+        return [1.0, 1.0, 1.0], (A.astype(np.float64) @ B).astype(np.float32)
+
+
+def test_fp32_and_tf32_steps_share_one_sgemm_measurement(monkeypatch):
+    fake = FakeCuda()
+    monkeypatch.setattr(vendor, "cublas_sgemm", fake)
+    monkeypatch.setattr(vendor, "_cuda_device_for", lambda backend: 0)
+    monkeypatch.setattr(vendor, "_measured", {})
+    monkeypatch.setattr(vendor, "_measured_tf32", {})
+    size = ProblemSize(48, 40, 32)
+    results = {}
+    for name in ("matmul_9", "matmul_10", "matmul_11", "matmul_10"):
+        cfg = compose_config(f"kernel={name}", "timing.repeats=3")
+        plan = plan_kernel(cfg.kernel, size)
+        problem = make_problem(plan.operation, size, seed=0)
+        results[name] = vendor.vendor_baseline(fake, plan, problem, {}, cfg.timing,
+                                               effective_check(cfg), 0)
+    assert fake.calls == ["sgemm", "tf32"]  # not once per step, nor per tolerance
+    assert results["matmul_9"].tf32 is None
+    assert results["matmul_10"].tf32 is results["matmul_11"].tf32
+    assert results["matmul_10"].rel_error == results["matmul_9"].rel_error
