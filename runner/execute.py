@@ -11,8 +11,8 @@ from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.errors import VerificationError
-from runner.limits import (check_device_support, check_host_memory, check_kernel_limits, check_launch_limits,
-                           check_memory)
+from runner.limits import (check_device_support, check_host_memory, check_kernel_limits,
+                           check_launch_limits, check_memory)
 from runner.operations import (CheckResult, Problem, check_result, effective_check,
                                make_problem, operation_floats)
 from runner.paths import kernel_source_path

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+from omegaconf import OmegaConf
 
 from runner.schema import Operation
 from runner.spec import ProblemSize
@@ -65,8 +66,6 @@ def check_tolerance(cfg) -> float:
 
 def effective_check(cfg):
     """A copy of `cfg.check` holding the tolerance the run is checked with (check_tolerance)."""
-    from omegaconf import OmegaConf
-
     checked = OmegaConf.create(OmegaConf.to_container(cfg.check, resolve=True))
     checked.tolerance = check_tolerance(cfg)
     return checked
