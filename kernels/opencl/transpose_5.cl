@@ -27,18 +27,26 @@
 //   wholly inside the matrix or wholly outside, and so are the 4 rows of a 4x4 block, so one
 //   guard per block (load) or per float4 (store) skips everything outside; skipped blocks fill
 //   the tile with zeros that are never stored.
-// - Ragged path otherwise (rows that do not start 16-byte aligned): a work-item's four
-//   consecutive elements are no longer one float4, so the tile is moved element by element, but
-//   coalesced: work-item l of the group takes elements l, l + T, l + 2T, ... of the tile in row-major
-//   order (T = work-items per group), so consecutive work-items read consecutive floats of a src row
-//   and write consecutive floats of a dst row (a warp moves 128 contiguous bytes per access,
-//   whatever the row's alignment), all E = TILE*TILE/T loads issued before any store. The
-//   tile is then TILE x TILE floats, element (dst row d, dst column s) at d*TILE + (s ^ (d & SWZ1)):
-//   a warp storing one src row (consecutive d) and one reading one dst row (consecutive s) both
-//   hit 32 distinct banks. Interior tiles (wholly inside src, a uniform branch) take no guards;
-//   only the tiles on the bottom and right edges guard every element (outside: skipped).
-//   (Before: the vector path's 4x4-block mapping with a guard per element, in which a warp's
-//   access touched every fourth float of 512 bytes: 0.64x of the device copy at 8191x8193.)
+// - Ragged path otherwise (rows that do not start 16-byte aligned). Elements move one by one
+//   but coalesced (consecutive work-items, consecutive floats of a src row or a dst row), and the
+//   stores are placed so that every warp writes whole 32-byte sectors. Measured on an H100
+//   (8191x8193): a copy whose loads are unaligned runs at 0.99x the device copy, one whose
+//   stores are unaligned at 0.71x, even when its rows are 16-byte aligned (0.81x): a warp
+//   store that covers part of a sector costs the memory system a read of that sector.
+//   So the dst columns this tile writes in dst row d are not [by, by + TILE) but
+//   [by - s, by + TILE - s'), s = (dst + d*M + by) mod 8 in floats and s' the same at
+//   by + TILE (equal when TILE % 8 == 0): every tile starts at a sector boundary and the tiles
+//   of a row still partition it (the first starts at column 0, the last ends at M, at most
+//   TILE + 7 columns). The tile therefore
+//   holds src rows by - 8 .. by + TILE - 1 (a halo of 8 rows, loaded only when some s > 0,
+//   that is unless M % 8 == 0, TILE % 8 == 0 and dst is sector-aligned), as HT = TILE + 8 floats per src
+//   column in rows of RP = HT + 1 floats (odd: a warp writing one src row, 32 consecutive
+//   columns, hits 32 distinct banks; a warp reading a dst row reads consecutive floats).
+//   All (TILE + 8) * TILE / T loads of a work-item are issued before any store. Tiles inside
+//   src that are neither first nor last in their dst rows take no guards; the others guard
+//   every element.
+//   (Before: element by element with dst columns [by, by + TILE): 0.73x of the device copy at
+//   8191x8193; earlier still, the vector path's 4x4 blocks with a guard per element: 0.64x.)
 // The barrier is outside every guard and branch, so all work-items reach it. Offsets are
 // computed in size_t, so M*N may exceed 2^31.
 
@@ -52,13 +60,22 @@
 #define BLOCKS (Q / STRIDE)          // 4x4 blocks per work-item in the load phase
 #define SWZ ((Q < 8 ? Q : 8) - 1)    // XOR mask on the float4 column: 8 x 16 B = 32 banks
 #define T (Q * STRIDE)                // work-items per group
-#define E (TILE * TILE / T)           // elements per work-item on the ragged path
-#define SWZ1 ((TILE < 32 ? TILE : 32) - 1)  // XOR mask on the ragged path's float column
+#define HT (TILE + 8)                 // src rows in the ragged path's tile: 8 of halo
+#define RP (HT + 1)                   // its row pitch in floats (odd: no bank conflicts)
+#define LOADS (HT * TILE / T)         // ragged path: loads per work-item (T divides 8 * TILE)
+#define HALO_LOADS (8 * TILE / T)     // the first HALO_LOADS of them are the halo rows
+#define STORES (TILE * TILE / T)      // ragged path: stores per work-item, interior tiles
+#define EDGE_STORES (HT * TILE / T)   // and tiles first or last in their dst rows
+#define SMEM_FLOATS (TILE * RP > TILE * TILE ? TILE * RP : TILE * TILE)
+
 
 __kernel void transpose_5(const int M, const int N,
                           const __global float* src, __global float* dst)
 {
-    __local float4 tile[TILE][Q];            // [dst-tile row][swizzled float4 column]
+    // Vector path: float4 tile[TILE][Q], [dst-tile row][swizzled float4 column].
+    // Ragged path: float tile[TILE][RP], [src column][src row - (by - 8)].
+    __local float4 tile[SMEM_FLOATS / 4];  // float4s, for the alignment the vector path needs
+    __local float* smem = (__local float*)tile;
     const int tx = get_local_id(0);          // float4 column: 0 .. Q-1
     const int ty = get_local_id(1);          // 0 .. STRIDE-1
     const int bx = get_group_id(0) * TILE;   // first src column of this tile (= first dst row)
@@ -86,43 +103,43 @@ __kernel void transpose_5(const int M, const int N,
             }
         }
     }
-    const int interior = by + TILE <= M && bx + TILE <= N;  // the whole tile inside src
-    const int lt = ty * Q + tx;                             // this work-item's number in the group
-    __local float* tile_f = (__local float*)&tile[0][0];
+    const int lt = ty * Q + tx;              // this work-item's number in the group
     if (vec) {
         // Transpose each 4x4 block in registers; column k of the block is dst-tile row
         // 4*tx + k, float4 column (ty + b*STRIDE), swizzled with ((4*tx + k) / 4) & SWZ = tx & SWZ.
         #pragma unroll
         for (int b = 0; b < BLOCKS; ++b) {
             const int q = (ty + b * STRIDE) ^ (tx & SWZ);
-            tile[4 * tx + 0][q] = (float4)(a[b][0].x, a[b][1].x, a[b][2].x, a[b][3].x);
-            tile[4 * tx + 1][q] = (float4)(a[b][0].y, a[b][1].y, a[b][2].y, a[b][3].y);
-            tile[4 * tx + 2][q] = (float4)(a[b][0].z, a[b][1].z, a[b][2].z, a[b][3].z);
-            tile[4 * tx + 3][q] = (float4)(a[b][0].w, a[b][1].w, a[b][2].w, a[b][3].w);
+            tile[(4 * tx + 0) * Q + q] = (float4)(a[b][0].x, a[b][1].x, a[b][2].x, a[b][3].x);
+            tile[(4 * tx + 1) * Q + q] = (float4)(a[b][0].y, a[b][1].y, a[b][2].y, a[b][3].y);
+            tile[(4 * tx + 2) * Q + q] = (float4)(a[b][0].z, a[b][1].z, a[b][2].z, a[b][3].z);
+            tile[(4 * tx + 3) * Q + q] = (float4)(a[b][0].w, a[b][1].w, a[b][2].w, a[b][3].w);
         }
     } else {
-        // Ragged path: element e = lt + i*T of the tile is src row by + e / TILE, column
-        // bx + e % TILE; it lands at dst-tile row e % TILE, column e / TILE.
-        float v[E];
-        if (interior) {
+        // Ragged path: element e = lt + i*T is src row by - 8 + e / TILE, column bx + e % TILE;
+        // it lands at smem[(e % TILE) * RP + e / TILE].
+        const int halo = ((int)(((size_t)dst >> 2) & 7) | (M & 7) | (TILE & 7)) != 0;  // some s > 0
+        float v[LOADS];
+        if (by >= 8 && by + TILE <= M && bx + TILE <= N) {
             #pragma unroll
-            for (int i = 0; i < E; ++i) {
+            for (int i = 0; i < LOADS; ++i) {
                 const int e = lt + i * T;
-                v[i] = src[(size_t)(by + e / TILE) * N + bx + e % TILE];
+                if (i >= HALO_LOADS || halo)
+                    v[i] = src[(size_t)(by - 8 + e / TILE) * N + bx + e % TILE];
             }
         } else {
             #pragma unroll
-            for (int i = 0; i < E; ++i) {
+            for (int i = 0; i < LOADS; ++i) {
                 const int e = lt + i * T;
-                const int row = by + e / TILE, col = bx + e % TILE;
-                v[i] = (row < M && col < N) ? src[(size_t)row * N + col] : 0.0f;
+                const int row = by - 8 + e / TILE, col = bx + e % TILE;
+                v[i] = (row >= 0 && row < M && col < N) ? src[(size_t)row * N + col] : 0.0f;
             }
         }
         #pragma unroll
-        for (int i = 0; i < E; ++i) {
+        for (int i = 0; i < LOADS; ++i) {
             const int e = lt + i * T;
-            const int d = e % TILE, s = e / TILE;
-            tile_f[d * TILE + (s ^ (d & SWZ1))] = v[i];
+            if (i >= HALO_LOADS || halo)
+                smem[(e % TILE) * RP + e / TILE] = v[i];
         }
     }
     barrier(CLK_LOCAL_MEM_FENCE);
@@ -134,27 +151,41 @@ __kernel void transpose_5(const int M, const int N,
         #pragma unroll
         for (int i = 0; i < TILE; i += STRIDE) {
             const int r = ty + i;
-            const float4 v = tile[r][tx ^ ((r >> 2) & SWZ)];
+            const float4 v = tile[r * Q + (tx ^ ((r >> 2) & SWZ))];
             const int drow = bx + r;
             if (drow < N && dcol < M)        // M, N multiples of 4: the whole float4 is inside
                 dst4[((size_t)drow * M + dcol) >> 2] = v;
         }
-    } else if (interior) {
-        // Ragged path: element e = lt + i*T of dst tile row e / TILE (dst row bx + e / TILE),
-        // column e % TILE (dst column by + e % TILE): consecutive work-items, consecutive floats.
-        #pragma unroll
-        for (int i = 0; i < E; ++i) {
-            const int e = lt + i * T;
-            const int d = e / TILE, s = e % TILE;
-            dst[(size_t)(bx + d) * M + by + s] = tile_f[d * TILE + (s ^ (d & SWZ1))];
-        }
     } else {
-        #pragma unroll
-        for (int i = 0; i < E; ++i) {
-            const int e = lt + i * T;
-            const int d = e / TILE, s = e % TILE;
-            if (bx + d < N && by + s < M)
-                dst[(size_t)(bx + d) * M + by + s] = tile_f[d * TILE + (s ^ (d & SWZ1))];
+        // Ragged path: dst row d = bx + dl (src column), columns from by - s (a sector
+        // boundary in dst), column by - s + j being tile row 8 - s + j (src row by - 8 + ...).
+        const size_t dst_off = (size_t)dst >> 2;
+        const int last = by + TILE >= M;      // this tile ends dst rows: up to TILE + 7 columns
+        if (TILE % 8 == 0 && by > 0 && !last && bx + TILE <= N) {
+            // Slots j = e % TILE of dst-tile row e / TILE: a warp writes 32 consecutive
+            // columns from a sector boundary, whole sectors.
+            #pragma unroll
+            for (int i = 0; i < STORES; ++i) {
+                const int e = lt + i * T;
+                const int dl = e / TILE, j = e % TILE;
+                const size_t rowstart = (size_t)(bx + dl) * M;
+                const int s = (int)((dst_off + rowstart) & 7);  // by % 8 == 0
+                dst[rowstart + by - s + j] = smem[dl * RP + 8 - s + j];
+            }
+        } else {
+            // Tiles first or last in their dst rows, or on the right edge of src: slots
+            // j = e % HT, guarded: the first tile starts at column 0, the last ends at M.
+            #pragma unroll
+            for (int i = 0; i < EDGE_STORES; ++i) {
+                const int e = lt + i * T;
+                const int dl = e / HT, j = e % HT;
+                const size_t rowstart = (size_t)(bx + dl) * M;
+                const int s = (int)((dst_off + rowstart + by) & 7);
+                const int c = by - s + j;                        // dst column
+                const int end = last ? M : by + TILE - (int)((dst_off + rowstart + by + TILE) & 7);
+                if (bx + dl < N && c >= 0 && c < end)
+                    dst[rowstart + c] = smem[dl * RP + 8 - s + j];
+            }
         }
     }
 }

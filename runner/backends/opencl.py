@@ -197,7 +197,9 @@ class OpenCLBackend(Backend):
         options = [f"-D{name}={int(value)}" for name, value in defines.items()]
         if self._info.is_nvidia_gpu:
             options.append("-cl-nv-verbose")  # ptxas' register and spill report in the build log
-            if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag
+            if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag.
+                # Driver 580 accepts it but does not apply it (H100: matmul_8 kept 173
+                # registers under caps 96..255); the separate-word form is refused outright.
                 options.append(f"-cl-nv-maxrregcount={int(max_registers)}")
         program = cl.Program(self.context, source)
         try:
