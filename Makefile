@@ -2,7 +2,7 @@
 PYTHON ?= python
 ARGS ?=
 
-.PHONY: install run inspect test test-gpu ui sgemm-ladder transpose-ladder report seed-tables
+.PHONY: install run inspect ceiling test test-gpu ui sgemm-ladder transpose-ladder report seed-tables
 
 install:            ## editable install with the CUDA compiler and the test tools
 	$(PYTHON) -m pip install -e ".[cuda,test]"
@@ -12,6 +12,9 @@ run:                ## one run; e.g. make run ARGS="backend=cuda kernel=matmul_9
 
 inspect:            ## PTX, SASS, registers, instruction mix; e.g. ARGS="backend=cuda kernel=matmul_9" or ARGS="--ladder sgemm backend=cuda"
 	$(PYTHON) -m runner.inspect $(ARGS)
+
+ceiling:            ## the GPU's FFMA and TF32 mma.sync rates (CUDA); e.g. ARGS="--device 1"
+	$(PYTHON) -m runner.ceiling $(ARGS)
 
 test:               ## the CPU test suite (what CI runs); GPU tests skip without a GPU
 	$(PYTHON) -m pytest -q -n auto

@@ -3,7 +3,8 @@
 //
 // Over matmul_10 (TF32 tensor cores, reduced precision): every operand x is split into a big
 // part and a remainder, both exact TF32 values (10 stored mantissa bits, rounded to nearest):
-//     big = tf32(x), small = tf32(x - big)        (x - big is exact in FP32)
+//     big = x rounded to 11 significant bits, small = x - big (exact in FP32; the tensor
+//     core reads its top 11 bits)
 // and each product is accumulated in FP32 from three tensor-core products:
 //     a*b ~= a_big*b_small + a_small*b_big + a_big*b_big
 // big and small together hold 22 of FP32's 24 significand bits; the dropped a_small*b_small
@@ -11,8 +12,11 @@
 // (the runner checks it with the FP32 tolerance and records its error next to cuBLAS SGEMM's).
 // The small products go first, into a fresh tile that is then added to the accumulator with
 // a rounding FADD (see the k loop: the tensor cores' own accumulation truncates). Three
-// products cost three mma.sync per tile, but the fragments are read from shared memory once:
-// the split is 3 ALU instructions per fragment element, in registers.
+// products cost three mma.sync per tile, but the fragments are read from shared memory once,
+// as 64-bit reads, and the split is 3 integer/FP32 instructions per fragment element.
+// (The first version split with cvt.rna.tf32.f32, which sm_90 does not have as one instruction:
+// 753 instructions in the main loop for 96 mma.sync, against the pipe's room for about 6 per
+// mma at its measured 318 TFLOPS on an H100, python -m runner.ceiling.)
 //
 // Tensor cores: mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 (sm_80 and later), one warp
 // computing a 16x8 tile of C from a 16x8 tile of A and an 8x8 tile of B. Fragment layout
@@ -25,10 +29,12 @@
 // tile as (WM/16) x (WN/8) mma tiles, that is (WM/16)*(WN/8)*4 accumulators per thread. A and B
 // tiles (BK deep) go global -> shared with cp.async (LDGSTS, no registers) in a STAGES-deep
 // ring, one barrier per tile; both are stored as in global memory (A: [m][k], B: [k][n]), so
-// no pre-pass is needed, with padded rows that make every fragment read conflict-free:
-//   A rows of BK+4 floats: lanes (g, t) read bank (g*(BK+4) + t) % 32, 32 distinct banks for
-//     BK = 8, 16, 32;
-//   B rows of BN+8 floats: lanes read bank (t*(BN+8) + g) % 32 = (8t + g) % 32, all distinct.
+// no pre-pass is needed, with rows whose length is an odd multiple of 8 floats (mod 32), so
+// every 64-bit fragment read is conflict-free (the k-loop says which elements a lane reads):
+//   A rows of A_LD = BK (8) or BK + 8 (16, 32) floats: lanes (g, t), g < 4 of a half-warp, read
+//     words g*A_LD + 2t, 2t + 1: four distinct groups of 8 banks, 32 banks in all;
+//   B rows of B_LD = BN + 4 floats: lanes read words 2t*B_LD + 2g, + 1 = 8t + 2g (mod 32),
+//     likewise (the k-permuted rows 2t and 2t + 1 are why it is not BN + 8).
 // Grouped block order (GROUP) as in matmul_9, for L2 reuse.
 //
 // Pipeline (one barrier per tile): the prologue issues tiles 0 .. STAGES-2, one commit group
@@ -41,7 +47,7 @@
 // is zero-filled by cp.async's src-size operand (0 bytes read, zeros written; the pointer then
 // is the matrix's start), so a ragged tile adds zeros to the sums. A chunks are 16-byte copies
 // when K % 4 == 0 (a chunk is then all inside or all outside), else four 4-byte ones guarded one
-// by one; B chunks likewise with N % 4. C is stored as float2 pairs when N % 2 == 0, else as
+// by one; B chunks likewise with N % 4. C is stored as float4s when N % 4 == 0, else as
 // guarded scalars; elements outside C are skipped. The choices are uniform and every thread
 // reaches every barrier (the trip count depends on K only).
 
@@ -61,7 +67,7 @@
 #define WN 64   // columns of C per warp (a multiple of the mma's n = 8)
 #endif
 #ifndef STAGES
-#define STAGES 4  // shared-memory tiles in the cp.async ring
+#define STAGES 3  // shared-memory tiles in the cp.async ring
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
@@ -72,8 +78,8 @@
 #define THREADS ((BM / WM) * WARPS_N * WARP)     // threads per block
 #define MT (WM / 16)                             // mma tiles per warp along M
 #define NT (WN / 8)                              // mma tiles per warp along N
-#define A_LD (BK + 4)                            // padded row of an A tile, in floats
-#define B_LD (BN + 8)                            // padded row of a B tile, in floats
+#define A_LD (BK % 16 == 0 ? BK + 8 : BK)       // row of an A tile in floats: 8 or 24 mod 32
+#define B_LD (BN + 4)                            // row of a B tile in floats: 4 mod 32
 #define A_CHUNKS (BM * BK / 4)                   // 16-byte chunks in an A tile
 #define B_CHUNKS (BK * BN / 4)                   // 16-byte chunks in a B tile
 #define A_LOADS ((A_CHUNKS + THREADS - 1) / THREADS)
@@ -108,17 +114,15 @@ __device__ __forceinline__ void cp_async_wait_stages() {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
 }
 
-// x rounded to the nearest TF32 value (ties away from zero), as the bits of an FP32 number.
-__device__ __forceinline__ unsigned to_tf32(const float x) {
-    unsigned bits;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(bits) : "f"(x));
-    return bits;
-}
-
-// x = big + small, both TF32 values; big holds the top 11 significand bits, small the next 11.
+// x = big + small for the tensor cores, which read a TF32 operand's sign, exponent and top 10
+// mantissa bits from a 32-bit register and ignore the low 13. big: x rounded to 11 significant
+// bits, half away from zero, by integer arithmetic (2 instructions; PTX's cvt.rna.tf32.f32 is
+// not native on sm_90 and compiles to about 6); small = x - big, exact in FP32, passed as it is,
+// so the tensor core truncates it to its top 11 bits: |x - big - small_used| <= 2^-22 |x|.
+// (Finite inputs: for |x| within 2^-12 of FLT_MAX, or inf, big would overflow.)
 __device__ __forceinline__ void split_tf32(const float x, unsigned& big, unsigned& small) {
-    big = to_tf32(x);
-    small = to_tf32(x - __uint_as_float(big));
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    small = __float_as_uint(x - __uint_as_float(big));
 }
 
 // d += a * b on the tensor cores: a 16x8 A fragment, an 8x8 B fragment, a 16x8 FP32 tile.
@@ -178,17 +182,19 @@ __device__ __forceinline__ void load_tile(float* As, float* Bs, const float* __r
     }
 }
 
-// Stores C[row][col], C[row][col+1], skipping what is outside C.
-__device__ __forceinline__ void store_pair(float* __restrict__ C, const int row, const int col,
-                                           const int M, const int N, const int pair_ok,
-                                           const float x, const float y) {
+// Stores C[row][col..col+3], skipping what is outside C.
+__device__ __forceinline__ void store_quad(float* __restrict__ C, const int row, const int col,
+                                          const int M, const int N, const int quad_ok,
+                                          const float4 v) {
     if (row >= M) return;
     float* p = C + row * N + col;
-    if (pair_ok) {  // N even and col even: an aligned float2, both inside or both outside
-        if (col < N) *reinterpret_cast<float2*>(p) = make_float2(x, y);
+    if (quad_ok) {  // N % 4 == 0 and col % 4 == 0: an aligned float4, all inside or all outside
+        if (col < N) *reinterpret_cast<float4*>(p) = v;
     } else {
-        if (col < N) p[0] = x;
-        if (col + 1 < N) p[1] = y;
+        if (col < N) p[0] = v.x;
+        if (col + 1 < N) p[1] = v.y;
+        if (col + 2 < N) p[2] = v.z;
+        if (col + 3 < N) p[3] = v.w;
     }
 }
 
@@ -250,25 +256,35 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
                       next * BK, a_vec, b_vec);
         cp_async_commit();
 
-        // This lane's first A element (row g, column t) and B element (row t, column g).
-        const float* a_s = As[tile % STAGES] + (warp_row + g) * A_LD + t;
-        const float* b_s = Bs[tile % STAGES] + t * B_LD + warp_col + g;
+        // Within each 8-deep step the k order is permuted the same way for A and B (a dot
+        // product does not depend on it): the fragments' k = t and k = t + 4 are read from
+        // columns (A) or rows (B) 2t and 2t + 1. A lane then reads a0, a2 as one 64-bit LDS and
+        // a1, a3 as another. Along n, the mma tiles 2p and 2p + 1 of a warp take the even and
+        // odd columns of 16 (tile 2p + q, column g -> warp column 16p + 2g + q), so b0 of both
+        // is one 64-bit LDS, and so is b1. A_LD (8 or 24 mod 32) and B_LD (4 mod 32) make
+        // every half-warp's 64-bit reads hit 32 distinct banks.
+        const float* a_s = As[tile % STAGES] + (warp_row + g) * A_LD + 2 * t;
+        const float* b_s = Bs[tile % STAGES] + 2 * t * B_LD + warp_col + 2 * g;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             unsigned a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                const float* p = a_s + i * 16 * A_LD + kk;
-                split_tf32(p[0], a_big[i][0], a_small[i][0]);
-                split_tf32(p[8 * A_LD], a_big[i][1], a_small[i][1]);
-                split_tf32(p[4], a_big[i][2], a_small[i][2]);
-                split_tf32(p[8 * A_LD + 4], a_big[i][3], a_small[i][3]);
+                const float2 top = *reinterpret_cast<const float2*>(a_s + i * 16 * A_LD + kk);
+                const float2 bottom = *reinterpret_cast<const float2*>(a_s + (i * 16 + 8) * A_LD + kk);
+                split_tf32(top.x, a_big[i][0], a_small[i][0]);     // A[g][t]
+                split_tf32(bottom.x, a_big[i][1], a_small[i][1]);  // A[g+8][t]
+                split_tf32(top.y, a_big[i][2], a_small[i][2]);     // A[g][t+4]
+                split_tf32(bottom.y, a_big[i][3], a_small[i][3]);  // A[g+8][t+4]
             }
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float* p = b_s + kk * B_LD + j * 8;
-                split_tf32(p[0], b_big[j][0], b_small[j][0]);
-                split_tf32(p[4 * B_LD], b_big[j][1], b_small[j][1]);
+            for (int p = 0; p < NT / 2; p++) {
+                const float2 k0 = *reinterpret_cast<const float2*>(b_s + kk * B_LD + p * 16);
+                const float2 k4 = *reinterpret_cast<const float2*>(b_s + (kk + 1) * B_LD + p * 16);
+                split_tf32(k0.x, b_big[2 * p][0], b_small[2 * p][0]);          // B[t][g], tile 2p
+                split_tf32(k0.y, b_big[2 * p + 1][0], b_small[2 * p + 1][0]);  // tile 2p + 1
+                split_tf32(k4.x, b_big[2 * p][1], b_small[2 * p][1]);          // B[t+4][g]
+                split_tf32(k4.y, b_big[2 * p + 1][1], b_small[2 * p + 1][1]);
             }
             // The three products of each 16x8 tile go into a fresh FP32 tile d (small ones
             // first), then into the accumulator with an FADD: tensor cores truncate the sums they
@@ -289,15 +305,19 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
         }
     }
 
-    const int pair_ok = (N % 2) == 0;
+    // Tiles 2p and 2p + 1 hold, for rows g and g + 8, warp columns 16p + 4t .. 16p + 4t + 3
+    // (c0 of tile 2p, c0 of tile 2p + 1, c1 of 2p, c1 of 2p + 1; c2, c3 likewise for row g + 8).
+    const int quad_ok = (N % 4) == 0;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         const int row = block_row + warp_row + i * 16 + g;
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const int col = block_col + warp_col + j * 8 + 2 * t;
-            store_pair(C, row, col, M, N, pair_ok, acc[i][j][0], acc[i][j][1]);
-            store_pair(C, row + 8, col, M, N, pair_ok, acc[i][j][2], acc[i][j][3]);
+        for (int p = 0; p < NT / 2; p++) {
+            const int col = block_col + warp_col + p * 16 + 4 * t;
+            const float* even = acc[i][2 * p];
+            const float* odd = acc[i][2 * p + 1];
+            store_quad(C, row, col, M, N, quad_ok, make_float4(even[0], odd[0], even[1], odd[1]));
+            store_quad(C, row + 8, col, M, N, quad_ok, make_float4(even[2], odd[2], even[3], odd[3]));
         }
     }
 }

@@ -4,9 +4,11 @@
 // PTX, which NVIDIA's OpenCL compiler passes through; the runner refuses other devices.
 //
 // The same algorithm as kernels/cuda/matmul_11.cu (read its header for the split, the fragment
-// layout and the conflict-free padded tiles): every operand x is split into two TF32 values,
-// big = tf32(x) and small = tf32(x - big), and each product is accumulated in FP32 from three
-// mma.sync.m16n8k8 products, a_big*b_small + a_small*b_big + a_big*b_big (small terms first).
+// layout, the k-permuted 64-bit fragment reads and the conflict-free tile rows): every operand
+// x is split into big (x rounded to 11 significant bits by integer arithmetic) and small =
+// x - big (the tensor core reads its top 11 bits), and each product is accumulated in FP32 from
+// three mma.sync.m16n8k8 products, a_big*b_small + a_small*b_big + a_big*b_big (small terms
+// first), in a fresh tile added to the accumulator with a rounding FADD.
 // OpenCL has no cp.async: the next A and B tiles are loaded into registers (float4 chunks when
 // K % 4 == 0 for A and N % 4 == 0 for B, else guarded elements) while the current tile is
 // computed, then stored into the other of two local-memory stages, one barrier per tile:
@@ -17,8 +19,8 @@
 // ended iteration t-1; tile t+1 is read only after the barrier that ends iteration t.
 //
 // Edges (any M, N, K >= 1): the grid is rounded up to whole tiles; chunks and elements outside
-// A or B are zeros in the registers, so a ragged tile adds zeros; C is stored as float2 pairs
-// when N % 2 == 0, else as guarded scalars, and elements outside C are skipped. Every work-item
+// A or B are zeros in the registers, so a ragged tile adds zeros; C is stored as float4s
+// when N % 4 == 0, else as guarded scalars, and elements outside C are skipped. Every work-item
 // reaches every barrier (the trip count depends on K only).
 
 #ifndef BM
@@ -37,7 +39,7 @@
 #define WN 64   // columns of C per warp (a multiple of the mma's n = 8)
 #endif
 #ifndef STAGES
-#define STAGES 4  // CUDA's cp.async ring depth: OpenCL always uses 2 register-staged stages
+#define STAGES 3  // CUDA's cp.async ring depth: OpenCL always uses 2 register-staged stages
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
@@ -48,24 +50,20 @@
 #define THREADS ((BM / WM) * WARPS_N * WARP)     // work-items per work-group
 #define MT (WM / 16)                             // mma tiles per warp along M
 #define NT (WN / 8)                              // mma tiles per warp along N
-#define A_LD (BK + 4)                            // padded row of an A tile, in floats
-#define B_LD (BN + 8)                            // padded row of a B tile, in floats
+#define A_LD (BK % 16 == 0 ? BK + 8 : BK)       // row of an A tile in floats: 8 or 24 mod 32
+#define B_LD (BN + 4)                            // row of a B tile in floats: 4 mod 32
 #define A_CHUNKS (BM * BK / 4)                   // float4 chunks in an A tile
 #define B_CHUNKS (BK * BN / 4)                   // float4 chunks in a B tile
 #define A_LOADS ((A_CHUNKS + THREADS - 1) / THREADS)
 #define B_LOADS ((B_CHUNKS + THREADS - 1) / THREADS)
 
-// x rounded to the nearest TF32 value (ties away from zero), as the bits of an FP32 number.
-inline uint to_tf32(const float x) {
-    uint bits;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(bits) : "f"(x));
-    return bits;
-}
-
-// x = big + small, both TF32 values; big holds the top 11 significand bits, small the next 11.
+// x = big + small for the tensor cores, which read a TF32 operand's sign, exponent and top 10
+// mantissa bits and ignore the low 13: big is x rounded to 11 significant bits, half away from
+// zero, in 2 integer instructions (cvt.rna.tf32.f32 is about 6 on sm_90); small = x - big is
+// exact and passed as it is (finite inputs: within 2^-12 of FLT_MAX, big would overflow).
 inline void split_tf32(const float x, uint* big, uint* small) {
-    *big = to_tf32(x);
-    *small = to_tf32(x - as_float(*big));
+    *big = (as_uint(x) + 0x1000u) & 0xffffe000u;
+    *small = as_uint(x - as_float(*big));
 }
 
 // d += a * b on the tensor cores: a 16x8 A fragment, an 8x8 B fragment, a 16x8 FP32 tile.
@@ -86,16 +84,18 @@ inline float4 load_chunk(const __global float* restrict X, const int row, const 
                     col + 2 < cols ? p[2] : 0.0f, col + 3 < cols ? p[3] : 0.0f);
 }
 
-// Stores C[row][col], C[row][col+1], skipping what is outside C.
-inline void store_pair(__global float* restrict C, const int row, const int col, const int M,
-                       const int N, const int pair_ok, const float x, const float y) {
+// Stores C[row][col..col+3], skipping what is outside C.
+inline void store_quad(__global float* restrict C, const int row, const int col, const int M,
+                       const int N, const int quad_ok, const float4 v) {
     if (row >= M) return;
     __global float* p = C + row * N + col;
-    if (pair_ok) {  // N even and col even: an aligned float2, both inside or both outside
-        if (col < N) vstore2((float2)(x, y), 0, p);
+    if (quad_ok) {  // N % 4 == 0 and col % 4 == 0: an aligned float4, all inside or all outside
+        if (col < N) vstore4(v, 0, p);
     } else {
-        if (col < N) p[0] = x;
-        if (col + 1 < N) p[1] = y;
+        if (col < N) p[0] = v.x;
+        if (col + 1 < N) p[1] = v.y;
+        if (col + 2 < N) p[2] = v.z;
+        if (col + 3 < N) p[3] = v.w;
     }
 }
 
@@ -182,25 +182,31 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
         const int more = tile + 1 < num_tiles;
         if (more) LOAD_TILE((tile + 1) * BK);
 
-        // This work-item's first A element (row g, column t) and B element (row t, column g).
-        const __local float* a_s = As[stage] + (warp_row + g) * A_LD + t;
-        const __local float* b_s = Bs[stage] + t * B_LD + warp_col + g;
+        // k permuted within each 8-deep step (fragment k = t, t + 4 read from columns or rows
+        // 2t, 2t + 1) and mma tiles 2p, 2p + 1 on the even and odd columns of 16: 64-bit
+        // local reads, conflict-free (kernels/cuda/matmul_11.cu says why).
+        const __local float* a_s = As[stage] + (warp_row + g) * A_LD + 2 * t;
+        const __local float* b_s = Bs[stage] + 2 * t * B_LD + warp_col + 2 * g;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 8) {
             uint a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                const __local float* p = a_s + i * 16 * A_LD + kk;
-                split_tf32(p[0], &a_big[i][0], &a_small[i][0]);
-                split_tf32(p[8 * A_LD], &a_big[i][1], &a_small[i][1]);
-                split_tf32(p[4], &a_big[i][2], &a_small[i][2]);
-                split_tf32(p[8 * A_LD + 4], &a_big[i][3], &a_small[i][3]);
+                const float2 top = *(const __local float2*)(a_s + i * 16 * A_LD + kk);
+                const float2 bottom = *(const __local float2*)(a_s + (i * 16 + 8) * A_LD + kk);
+                split_tf32(top.x, &a_big[i][0], &a_small[i][0]);     // A[g][t]
+                split_tf32(bottom.x, &a_big[i][1], &a_small[i][1]);  // A[g+8][t]
+                split_tf32(top.y, &a_big[i][2], &a_small[i][2]);     // A[g][t+4]
+                split_tf32(bottom.y, &a_big[i][3], &a_small[i][3]);  // A[g+8][t+4]
             }
 #pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const __local float* p = b_s + kk * B_LD + j * 8;
-                split_tf32(p[0], &b_big[j][0], &b_small[j][0]);
-                split_tf32(p[4 * B_LD], &b_big[j][1], &b_small[j][1]);
+            for (int p = 0; p < NT / 2; p++) {
+                const float2 k0 = *(const __local float2*)(b_s + kk * B_LD + p * 16);
+                const float2 k4 = *(const __local float2*)(b_s + (kk + 1) * B_LD + p * 16);
+                split_tf32(k0.x, &b_big[2 * p][0], &b_small[2 * p][0]);          // B[t][g], tile 2p
+                split_tf32(k0.y, &b_big[2 * p + 1][0], &b_small[2 * p + 1][0]);  // tile 2p + 1
+                split_tf32(k4.x, &b_big[2 * p][1], &b_small[2 * p][1]);          // B[t+4][g]
+                split_tf32(k4.y, &b_big[2 * p + 1][1], &b_small[2 * p + 1][1]);
             }
             // The three products of each 16x8 tile go into a fresh FP32 tile d (small ones
             // first), then into the accumulator with an FADD: tensor cores truncate the sums they
@@ -224,15 +230,18 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    const int pair_ok = (N % 2) == 0;
+    // Tiles 2p and 2p + 1 hold, for rows g and g + 8, warp columns 16p + 4t .. 16p + 4t + 3.
+    const int quad_ok = (N % 4) == 0;
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         const int row = block_row + warp_row + i * 16 + g;
 #pragma unroll
-        for (int j = 0; j < NT; j++) {
-            const int col = block_col + warp_col + j * 8 + 2 * t;
-            store_pair(C, row, col, M, N, pair_ok, acc[i][j][0], acc[i][j][1]);
-            store_pair(C, row + 8, col, M, N, pair_ok, acc[i][j][2], acc[i][j][3]);
+        for (int p = 0; p < NT / 2; p++) {
+            const int col = block_col + warp_col + p * 16 + 4 * t;
+            store_quad(C, row, col, M, N, quad_ok, (float4)(acc[i][2 * p][0], acc[i][2 * p + 1][0],
+                                                            acc[i][2 * p][1], acc[i][2 * p + 1][1]));
+            store_quad(C, row + 8, col, M, N, quad_ok, (float4)(acc[i][2 * p][2], acc[i][2 * p + 1][2],
+                                                                acc[i][2 * p][3], acc[i][2 * p + 1][3]));
         }
     }
 }
