@@ -44,6 +44,9 @@
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
 #endif
+#ifndef KCHUNK
+#define KCHUNK 1  // 8-deep steps whose products share one fresh tile (BK a multiple of 8*KCHUNK)
+#endif
 
 #define WARP 32
 #define WARPS_N (BN / WN)                        // warps along N
@@ -188,42 +191,50 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
         const __local float* a_s = As[stage] + (warp_row + g) * A_LD + 2 * t;
         const __local float* b_s = Bs[stage] + 2 * t * B_LD + warp_col + 2 * g;
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 8) {
-            uint a_big[MT][4], a_small[MT][4], b_big[NT][2], b_small[NT][2];
+        for (int kk = 0; kk < BK; kk += 8 * KCHUNK) {
+            // B fragments of KCHUNK 8-deep steps for all NT tiles, split once, used MT times.
+            uint b_big[KCHUNK][NT][2], b_small[KCHUNK][NT][2];
+#pragma unroll
+            for (int c = 0; c < KCHUNK; c++)
+#pragma unroll
+                for (int p = 0; p < NT / 2; p++) {
+                    const __local float* q = b_s + (kk + 8 * c) * B_LD + p * 16;
+                    const float2 k0 = *(const __local float2*)q;
+                    const float2 k4 = *(const __local float2*)(q + B_LD);
+                    split_tf32(k0.x, &b_big[c][2 * p][0], &b_small[c][2 * p][0]);  // B[t][g], tile 2p
+                    split_tf32(k0.y, &b_big[c][2 * p + 1][0], &b_small[c][2 * p + 1][0]);  // 2p + 1
+                    split_tf32(k4.x, &b_big[c][2 * p][1], &b_small[c][2 * p][1]);  // B[t+4][g]
+                    split_tf32(k4.y, &b_big[c][2 * p + 1][1], &b_small[c][2 * p + 1][1]);
+                }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                const float2 top = *(const __local float2*)(a_s + i * 16 * A_LD + kk);
-                const float2 bottom = *(const __local float2*)(a_s + (i * 16 + 8) * A_LD + kk);
-                split_tf32(top.x, &a_big[i][0], &a_small[i][0]);     // A[g][t]
-                split_tf32(bottom.x, &a_big[i][1], &a_small[i][1]);  // A[g+8][t]
-                split_tf32(top.y, &a_big[i][2], &a_small[i][2]);     // A[g][t+4]
-                split_tf32(bottom.y, &a_big[i][3], &a_small[i][3]);  // A[g+8][t+4]
-            }
+                uint a_big[KCHUNK][4], a_small[KCHUNK][4];
 #pragma unroll
-            for (int p = 0; p < NT / 2; p++) {
-                const float2 k0 = *(const __local float2*)(b_s + kk * B_LD + p * 16);
-                const float2 k4 = *(const __local float2*)(b_s + (kk + 1) * B_LD + p * 16);
-                split_tf32(k0.x, &b_big[2 * p][0], &b_small[2 * p][0]);          // B[t][g], tile 2p
-                split_tf32(k0.y, &b_big[2 * p + 1][0], &b_small[2 * p + 1][0]);  // tile 2p + 1
-                split_tf32(k4.x, &b_big[2 * p][1], &b_small[2 * p][1]);          // B[t+4][g]
-                split_tf32(k4.y, &b_big[2 * p + 1][1], &b_small[2 * p + 1][1]);
-            }
-            // The three products of each 16x8 tile go into a fresh FP32 tile d (small ones
-            // first), then into the accumulator with an FADD: tensor cores truncate the sums they
-            // accumulate, so a long running sum inside the mma would drift by about K/8 ulps
-            // (measured: 25x cuBLAS SGEMM's error at K = 4096); d only holds 24 products, and
-            // the FADD rounds to nearest.
-#pragma unroll
-            for (int i = 0; i < MT; i++)
+                for (int c = 0; c < KCHUNK; c++) {
+                    const __local float* q = a_s + i * 16 * A_LD + kk + 8 * c;
+                    const float2 top = *(const __local float2*)q;
+                    const float2 bottom = *(const __local float2*)(q + 8 * A_LD);
+                    split_tf32(top.x, &a_big[c][0], &a_small[c][0]);     // A[g][t]
+                    split_tf32(bottom.x, &a_big[c][1], &a_small[c][1]);  // A[g+8][t]
+                    split_tf32(top.y, &a_big[c][2], &a_small[c][2]);     // A[g][t+4]
+                    split_tf32(bottom.y, &a_big[c][3], &a_small[c][3]);  // A[g+8][t+4]
+                }
+                // The 3 * KCHUNK products of each 16x8 tile go into a fresh FP32 tile d (small
+                // ones first), then into the accumulator with a rounding FADD: the tensor cores
+                // truncate the sums they accumulate (kernels/cuda/matmul_11.cu says more).
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
                     float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    mma_tf32(d, a_big[i], b_small[j]);
-                    mma_tf32(d, a_small[i], b_big[j]);
-                    mma_tf32(d, a_big[i], b_big[j]);
+#pragma unroll
+                    for (int c = 0; c < KCHUNK; c++) {
+                        mma_tf32(d, a_big[c], b_small[c][j]);
+                        mma_tf32(d, a_small[c], b_big[c][j]);
+                        mma_tf32(d, a_big[c], b_big[c][j]);
+                    }
 #pragma unroll
                     for (int r = 0; r < 4; r++) acc[i][j][r] += d[r];
                 }
+            }
         }
 
         if (more) STORE_TILE(stage ^ 1);
