@@ -353,28 +353,56 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
     fig, axes = _grid(len(panels), 7.5, 5)
     for ax, (backend, device, is_gemm, cells) in zip(axes, panels):
         series, vendor, square, vendor_name = defaultdict(list), defaultdict(list), True, None
+        odd_vendor = set()   # sizes of the vendor's points that are not square
         for (kernel, _), run in cells.items():
             x, is_square = _x_of(run)
             square &= is_square
             if _rate(run) is not None:
-                series[kernel].append((x, _rate(run)))
+                series[kernel].append((x, _rate(run), is_square))
             if _vendor_rate(run):
                 vendor[x].append(_vendor_rate(run))
                 vendor_name = vendor_name or run.data.tags.get("vendor.name")
+                if not is_square:
+                    odd_vendor.add(x)
+        # Lines join the square sizes; a shape that is not square (4097x4095x4093 next to 4096)
+        # is an open marker of the same colour, so that no line jumps between the two. A panel
+        # of odd shapes only joins them all.
+        any_square = any(p[2] for points in series.values() for p in points)
+        odd_seen = False
         for kernel in sorted(series, key=_step_key):
             points = sorted(series[kernel])
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=kernel)
+            joined = [p for p in points if p[2] or not any_square]
+            apart = [p for p in points if not (p[2] or not any_square)]
+            line = ax.plot([p[0] for p in joined], [p[1] for p in joined], marker="o",
+                           label=kernel)[0]
+            if apart:
+                odd_seen = True
+                ax.plot([p[0] for p in apart], [p[1] for p in apart], linestyle="none",
+                        marker="o", markerfacecolor="none", markeredgewidth=1.5,
+                        color=line.get_color())
         if vendor:
-            xs = sorted(vendor)
             # The baseline ran once per kernel run: its median over those runs, per size.
             label = (vendor_name or "vendor") if is_gemm else "device copy"
+            xs = sorted(x for x in vendor if x not in odd_vendor or not any_square)
             ax.plot(xs, [_median(vendor[x]) for x in xs], "k--", marker="s", markersize=4,
                     linewidth=2, label=label)
-        xs = sorted({p[0] for s in series.values() for p in s} | set(vendor))
+            apart = sorted(x for x in odd_vendor if any_square)
+            if apart:
+                ax.plot(apart, [_median(vendor[x]) for x in apart], linestyle="none",
+                        marker="s", markersize=5, markerfacecolor="none", color="k")
+        if odd_seen:
+            ax.plot([], [], linestyle="none", marker="o", markerfacecolor="none", color="gray",
+                    label="open: not square")
+        xs = sorted({p[0] for points in series.values() for p in points} | set(vendor))
         ax.set_xscale("log", base=2)
         # An odd shape next to a power of two (4097x4095x4093 by 4096) gets no tick of its own:
-        # the two labels would print over each other.
-        ticks = [x for i, x in enumerate(xs) if i == 0 or x > xs[i - 1] * 1.05]
+        # the two labels would print over each other. Square sizes take the ticks first.
+        square_xs = {p[0] for points in series.values() for p in points if p[2]}
+        ticks = []
+        for x in sorted(xs, key=lambda x: (x not in square_xs, x)):
+            if all(abs(x - tick) > 0.05 * min(x, tick) for tick in ticks):
+                ticks.append(x)
+        ticks.sort()
         ax.xaxis.set_major_locator(FixedLocator(ticks))
         ax.xaxis.set_minor_locator(NullLocator())
         ax.set_xticklabels([f"{x:.0f}" for x in ticks], rotation=30 if len(ticks) > 5 else 0)

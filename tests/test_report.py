@@ -173,3 +173,25 @@ def test_build_report_with_only_failed_runs_or_one_run(store, tmp_path):
     # Registers and spills: drawn only where the driver reports them (a CPU runtime may not).
     assert [f.name for f in files][:3] == ["one-run.md", "one-run-rate.png", "one-run-ladder.png"]
     assert all(f.stat().st_size > 5_000 for f in files[1:])
+
+
+def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
+    """A shape that is not square (33x17x9 beside 40) is an open marker, not a point on the
+    step's line: a line would jump between two sizes that are not a sequence."""
+    import runner.report as report
+
+    uri, parent_id = store
+    runs = [r for r in _sweep_runs(uri, parent_id)
+            if r.info.status == "FINISHED" and r.data.params["kernel.name"] == "matmul_2"]
+    assert {(r.data.params["M"], r.data.params["K"]) for r in runs} == {("40", "40"), ("33", "9")}
+    figures = []
+    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
+    report.plot_rates("odd", report.latest_per_cell(runs), tmp_path / "odd.png")
+    lines = figures[0].axes[0].get_lines()
+    step = [line for line in lines if line.get_label() == "matmul_2"]
+    assert len(step) == 1 and step[0].get_xdata() == pytest.approx([40.0])
+    odd_x = (33 * 17 * 9) ** (1 / 3)
+    apart = [line for line in lines if line.get_linestyle() == "None" and line.get_xdata().size
+             and abs(line.get_xdata()[0] - odd_x) < 1e-6]
+    assert apart and apart[0].get_markerfacecolor() == "none"
+    assert "open: not square" in [line.get_label() for line in lines]
