@@ -53,7 +53,8 @@ extern "C" __global__ void mma_tf32_peak(float* out, const int iters) {
 #pragma unroll
         for (int j = 0; j < CHAINS; ++j)
             asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
-                         "{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};"
+                         "{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, "
+                         "{%%0, %%1, %%2, %%3};"
                          : "+f"(d[j][0]), "+f"(d[j][1]), "+f"(d[j][2]), "+f"(d[j][3])
                          : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
     float sum = 0.0f;

@@ -330,8 +330,10 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
             const int col = block_col + warp_col + p * 16 + 4 * t;
             const float* even = acc[i][2 * p];
             const float* odd = acc[i][2 * p + 1];
-            store_quad(C, row, col, M, N, quad_ok, make_float4(even[0], odd[0], even[1], odd[1]));
-            store_quad(C, row + 8, col, M, N, quad_ok, make_float4(even[2], odd[2], even[3], odd[3]));
+            store_quad(C, row, col, M, N, quad_ok,
+                       make_float4(even[0], odd[0], even[1], odd[1]));
+            store_quad(C, row + 8, col, M, N, quad_ok,
+                       make_float4(even[2], odd[2], even[3], odd[3]));
         }
     }
 }

@@ -201,7 +201,7 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
                     const __local float* q = b_s + (kk + 8 * c) * B_LD + p * 16;
                     const float2 k0 = *(const __local float2*)q;
                     const float2 k4 = *(const __local float2*)(q + B_LD);
-                    split_tf32(k0.x, &b_big[c][2 * p][0], &b_small[c][2 * p][0]);  // B[t][g], tile 2p
+                    split_tf32(k0.x, &b_big[c][2 * p][0], &b_small[c][2 * p][0]);  // B[t][g], 2p
                     split_tf32(k0.y, &b_big[c][2 * p + 1][0], &b_small[c][2 * p + 1][0]);  // 2p + 1
                     split_tf32(k4.x, &b_big[c][2 * p][1], &b_small[c][2 * p][1]);  // B[t+4][g]
                     split_tf32(k4.y, &b_big[c][2 * p + 1][1], &b_small[c][2 * p + 1][1]);
@@ -249,10 +249,10 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
 #pragma unroll
         for (int p = 0; p < NT / 2; p++) {
             const int col = block_col + warp_col + p * 16 + 4 * t;
-            store_quad(C, row, col, M, N, quad_ok, (float4)(acc[i][2 * p][0], acc[i][2 * p + 1][0],
-                                                            acc[i][2 * p][1], acc[i][2 * p + 1][1]));
-            store_quad(C, row + 8, col, M, N, quad_ok, (float4)(acc[i][2 * p][2], acc[i][2 * p + 1][2],
-                                                                acc[i][2 * p][3], acc[i][2 * p + 1][3]));
+            const float* even = acc[i][2 * p];
+            const float* odd = acc[i][2 * p + 1];
+            store_quad(C, row, col, M, N, quad_ok, (float4)(even[0], odd[0], even[1], odd[1]));
+            store_quad(C, row + 8, col, M, N, quad_ok, (float4)(even[2], odd[2], even[3], odd[3]));
         }
     }
 }

@@ -37,11 +37,11 @@
 //   [by - s, by + TILE - s'), s = (dst + d*M + by) mod 8 in floats and s' the same at
 //   by + TILE (equal when TILE % 8 == 0): every tile starts at a sector boundary and the tiles
 //   of a row still partition it (the first starts at column 0, the last ends at M, at most
-//   TILE + 7 columns). The tile therefore
-//   holds src rows by - 8 .. by + TILE - 1 (a halo of 8 rows, loaded only when some s > 0,
-//   that is unless M % 8 == 0, TILE % 8 == 0 and dst is sector-aligned), as HT = TILE + 8 floats per src
-//   column in rows of RP = HT + 1 floats (odd: a warp writing one src row, 32 consecutive
-//   columns, hits 32 distinct banks; a warp reading a dst row reads consecutive floats).
+//   TILE + 7 columns). The tile therefore holds src rows by - 8 .. by + TILE - 1 (a halo of
+//   8 rows, loaded only when some s > 0, that is unless M % 8 == 0, TILE % 8 == 0 and dst is
+//   sector-aligned), as HT = TILE + 8 floats per src column in rows of RP = HT + 1 floats
+//   (odd: a warp writing one src row, 32 consecutive columns, hits 32 distinct banks; a warp
+//   reading a dst row reads consecutive floats).
 //   All (TILE + 8) * TILE / T loads of a work-item are issued before any store. Tiles inside
 //   src that are neither first nor last in their dst rows take no guards; the others guard
 //   every element.
