@@ -371,8 +371,8 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
         odd_seen = False
         for kernel in sorted(series, key=_step_key):
             points = sorted(series[kernel])
-            joined = [p for p in points if p[2] or not any_square]
-            apart = [p for p in points if not (p[2] or not any_square)]
+            joined = [p for p in points if p[2]] if any_square else points
+            apart = [p for p in points if not p[2]] if any_square else []
             line = ax.plot([p[0] for p in joined], [p[1] for p in joined], marker="o",
                            label=kernel)[0]
             if apart:
@@ -383,7 +383,7 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
         if vendor:
             # The baseline ran once per kernel run: its median over those runs, per size.
             label = (vendor_name or "vendor") if is_gemm else "device copy"
-            xs = sorted(x for x in vendor if x not in odd_vendor or not any_square)
+            xs = sorted(x for x in vendor if not (any_square and x in odd_vendor))
             ax.plot(xs, [_median(vendor[x]) for x in xs], "k--", marker="s", markersize=4,
                     linewidth=2, label=label)
             apart = sorted(x for x in odd_vendor if any_square)

@@ -2,7 +2,7 @@
 // (as CUTLASS's fast-accurate SGEMM); C = A * B (row-major; A is MxK, B is KxN, C is MxN).
 //
 // Over matmul_10 (TF32 tensor cores, reduced precision): every operand x is split into a big
-// part and a remainder, both exact TF32 values (10 stored mantissa bits, rounded to nearest):
+// part, an exact TF32 value, and the remainder:
 //     big = x rounded to 11 significant bits, small = x - big (exact in FP32; the tensor
 //     core reads its top 11 bits)
 // and each product is accumulated in FP32 from three tensor-core products:
