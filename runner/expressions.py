@@ -41,6 +41,10 @@ def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
         tree = ast.parse(str(expression).strip(), mode="eval")
     except SyntaxError as error:
         raise ExpressionError(f"cannot parse expression {expression!r}: {error.msg}") from None
+    # Strings (constants, and names such as `backend`) only as operands of == and !=.
+    compared = {id(operand) for node in ast.walk(tree) if isinstance(node, ast.Compare)
+                and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
+                for operand in (node.left, *node.comparators)}
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise ExpressionError(
@@ -53,13 +57,23 @@ def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
                                   f"{', '.join(HELPERS)}")
         if isinstance(node, ast.Name) and node.id not in names and node.id not in HELPERS:
             raise ExpressionError(f"expression {expression!r} uses unknown name {node.id!r}")
-        if isinstance(node, ast.Constant) and not isinstance(node.value, (int, float)):
-            raise ExpressionError(f"expression {expression!r} holds a non-number constant")
+        if (isinstance(node, ast.Name) and isinstance(names.get(node.id), str)
+                and id(node) not in compared):
+            raise ExpressionError(f"expression {expression!r} uses {node.id!r}, a string, "
+                                  "outside an == or != comparison")
+        if isinstance(node, ast.Constant) and not (
+            isinstance(node.value, (int, float))
+            or (isinstance(node.value, str) and id(node) in compared)
+        ):
+            raise ExpressionError(f"expression {expression!r} holds a non-number constant "
+                                  "(strings only in == and != comparisons)")
     scope = {**HELPERS, **names}
     try:
         return eval(compile(tree, "<kernel spec>", "eval"), {"__builtins__": {}}, scope)  # noqa: S307
     except ArithmeticError as error:
         raise ArithmeticFailure(f"expression {expression!r}: {error}") from None
+    except TypeError as error:  # a string name in arithmetic
+        raise ExpressionError(f"expression {expression!r}: {error}") from None
 
 
 def evaluate_int(expression: str, names: Mapping[str, int]) -> int:

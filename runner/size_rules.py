@@ -2,9 +2,10 @@
 
 A tile shape tuned for 4096 leaves most of a GPU idle at 1000: with 128x128 tiles a
 1000x1030 C is 72 work-groups. A spec may say which values to use instead, and where; the
-first rule whose `when` (an expression over M, N, K) holds sets its values, unless the user
-or the sweep gave one of them on the command line: a hand-picked tile shape is then taken as
-given, whole (a rule's values only fit together).
+first rule whose `when` (an expression over M, N, K and `backend`, the backend's name, e.g.
+`backend == 'opencl'`: compilers differ in what fits in registers) holds sets its values,
+unless the user or the sweep gave one of them on the command line: a hand-picked tile shape is
+then taken as given, whole (a rule's values only fit together).
 """
 
 from typing import Optional
@@ -28,7 +29,7 @@ def pinned_params(task_overrides) -> set[str]:
 def apply_size_rules(cfg, pinned: set[str]) -> Optional[str]:
     """Set the first matching rule's values in `cfg.kernel.params`, unless one of them is in
     `pinned`; returns what was applied, in words, or None when no rule was applied."""
-    names = {"M": cfg.m, "N": cfg.n, "K": cfg.k}
+    names = {"M": cfg.m, "N": cfg.n, "K": cfg.k, "backend": cfg.backend.name}
     for rule in cfg.kernel.get("size_rules") or ():
         try:
             holds = evaluate(rule.when, names)

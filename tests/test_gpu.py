@@ -66,6 +66,27 @@ def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, backend, size):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("chunk", [
+    ["kernel.params.KCHUNK=4"],  # a product tile over 4 BK=8 tiles: flushed between tiles
+    ["kernel.params.KCHUNK=2", "kernel.params.BK=16", "kernel.params.STAGES=2"],  # inside one
+], ids=["across-tiles", "within-a-tile"])
+@pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["size=4096"]],
+                         ids=["odd", "4096"])
+def test_3xtf32_with_longer_product_chunks_is_correct_and_accurate(store, backend, chunk, size):
+    """KCHUNK > 1 (64x32 warp tiles, which have room for the live product tiles): verified,
+    including the last partial chunk of an odd K, and as accurate as cuBLAS SGEMM."""
+    cfg = compose_config("kernel=matmul_11", *backend, *size, "kernel.params.WN=32", *chunk,
+                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    metrics = recorded.data.metrics
+    assert metrics["check/passed"] == 1.0
+    assert recorded.data.params["kernel.params.KCHUNK"] == chunk[0].split("=")[1]
+    assert metrics["check/error_vs_vendor"] <= 2.0, (metrics["check/rel_error"],
+                                                     metrics["vendor/rel_error"])
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
     cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")

@@ -22,6 +22,14 @@ def test_matmul_9_takes_small_tiles_where_large_ones_leave_sms_idle():
     assert large.kernel.params.BM == 128
 
 
+def test_a_rule_can_name_the_backend():
+    opencl = compose_config("kernel=matmul_11", "backend=opencl", "shape=square_4096")
+    assert "backend == 'opencl'" in apply_size_rules(opencl, set())
+    assert opencl.kernel.params.WN == 32
+    cuda = compose_config("kernel=matmul_11", "backend=cuda", "shape=square_4096")
+    assert apply_size_rules(cuda, set()) is None and cuda.kernel.params.WN == 64
+
+
 def test_a_tile_value_on_the_command_line_keeps_the_whole_shape_as_given():
     cfg = compose_config("kernel=matmul_9", "size=1024", "kernel.params.TM=8")
     pinned = pinned_params(["kernel=matmul_9", "size=1024", "kernel.params.TM=8"])

@@ -75,8 +75,17 @@ def test_expressions_allow_arithmetic_and_helpers():
     assert evaluate("TS % WPT == 0 and TS <= 64", {"TS": 32, "WPT": 4}) is True
 
 
+def test_expressions_compare_strings_only_for_equality():
+    assert evaluate("backend == 'opencl' and N > 8", {"backend": "opencl", "N": 9}) is True
+    assert evaluate("backend != 'opencl'", {"backend": "cuda"}) is True
+    for expression in ("backend < 'z'", "backend + 'x' == 'cudax'", "backend * 2 == 4"):
+        with pytest.raises(ExpressionError):
+            evaluate(expression, {"backend": "cuda"})
+
+
 @pytest.mark.parametrize("expression", [
     "__import__('os').system('true')", "TS.__class__", "open('x')", "[TS]", "'a' * 3", "ZZ + 1",
+    "'a' == 'a' and 'b'",
 ])
 def test_expressions_refuse_anything_else(expression):
     with pytest.raises(ExpressionError):

@@ -10,8 +10,9 @@
 // big and small together hold 22 of FP32's 24 significand bits; the dropped a_small*b_small
 // term is about 2^-22 of the product, so the result is as accurate as an FP32 FFMA product
 // (the runner checks it with the FP32 tolerance and records its error next to cuBLAS SGEMM's).
-// The small products go first, into a fresh tile that is then added to the accumulator with
-// a rounding FADD (see the k loop: the tensor cores' own accumulation truncates). Three
+// The small products go first, into a product tile d that the tensor cores sum over KCHUNK
+// 8-deep steps and that is then added to the accumulator with a rounding FADD (see acc and d
+// below: the tensor cores' own accumulation truncates). Three
 // products cost three mma.sync per tile, but the fragments are read from shared memory once,
 // as 64-bit reads, and the split is 3 integer/FP32 instructions per fragment element.
 // (The first version split with cvt.rna.tf32.f32, which sm_90 does not have as one instruction:
@@ -28,7 +29,9 @@
 // Tiling: a block of (BM/WM) x (BN/WN) warps computes a BM x BN tile of C; each warp a WM x WN
 // tile as (WM/16) x (WN/8) mma tiles, that is (WM/16)*(WN/8)*4 accumulators per thread. A and B
 // tiles (BK deep) go global -> shared with cp.async (LDGSTS, no registers) in a STAGES-deep
-// ring, one barrier per tile; both are stored as in global memory (A: [m][k], B: [k][n]), so
+// ring (each thread's sources, offsets and guards worked out once, only the depth changes per
+// tile: 63.9 TFLOPS at 4096 on an H100, from 59.6 when every tile recomputed them), one
+// barrier per tile; both are stored as in global memory (A: [m][k], B: [k][n]), so
 // no pre-pass is needed, with rows whose length is an odd multiple of 8 floats (mod 32), so
 // every 64-bit fragment read is conflict-free (the k-loop says which elements a lane reads):
 //   A rows of A_LD = BK (8) or BK + 8 (16, 32) floats: lanes (g, t), g < 4 of a half-warp, read
@@ -73,7 +76,11 @@
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
 #endif
 #ifndef KCHUNK
-#define KCHUNK 1  // 8-deep steps whose products share one fresh tile (BK a multiple of 8*KCHUNK)
+#define KCHUNK 1  // 8-deep steps whose products the tensor cores sum before the rounding FADD
+#endif
+
+#ifndef BLOCKS_PER_SM
+#define BLOCKS_PER_SM 0  // CUDA: blocks per SM for __launch_bounds__ (0: from a register estimate)
 #endif
 
 #define WARP 32
@@ -86,11 +93,21 @@
 #define A_CHUNKS (BM * BK / 4)                   // 16-byte chunks in an A tile
 #define B_CHUNKS (BK * BN / 4)                   // 16-byte chunks in a B tile
 #define A_LOADS ((A_CHUNKS + THREADS - 1) / THREADS)
+#define A_STAGE_BYTES (BM * A_LD * 4)            // one A tile in shared memory
+#define B_STAGE_BYTES (BK * B_LD * 4)
 #define B_LOADS ((B_CHUNKS + THREADS - 1) / THREADS)
-// Registers a thread needs, roughly: accumulators, big and small fragments, addresses.
-#define REG_ESTIMATE (MT * NT * 4 + 2 * (MT * 4 + NT * 2) + 40)
+#define STEPS (BK / 8)                           // 8-deep mma steps per tile
+// Registers a thread needs, roughly: accumulators (and live product tiles when KCHUNK > 1), big
+// and small fragments, addresses.
+#define REG_ESTIMATE (MT * NT * 4 * (KCHUNK > 1 ? 2 : 1) + 2 * (MT * 4 + NT * 2) + 40)
 #define BLOCKS_FIT (65536 / (THREADS * REG_ESTIMATE))
+// Blocks per SM promised to __launch_bounds__ (the compiler then keeps to 65536 / (THREADS *
+// MIN_BLOCKS) registers a thread): BLOCKS_PER_SM, or when it is 0, what the estimate allows.
+#if BLOCKS_PER_SM > 0
+#define MIN_BLOCKS BLOCKS_PER_SM
+#else
 #define MIN_BLOCKS (BLOCKS_FIT < 1 ? 1 : (BLOCKS_FIT > 2 ? 2 : BLOCKS_FIT))
+#endif
 
 __device__ __forceinline__ unsigned shared_address(const float* p) {
     return (unsigned)__cvta_generic_to_shared(p);
@@ -136,49 +153,91 @@ __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsi
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Issues the copies of the A and B tiles at depth k0 into one stage of the ring.
-__device__ __forceinline__ void load_tile(float* As, float* Bs, const float* __restrict__ A,
-                                          const float* __restrict__ B, const int M, const int N,
-                                          const int K, const int block_row, const int block_col,
-                                          const int k0, const int a_vec, const int b_vec) {
+// What one thread copies of every A and B tile, worked out once before the k loop (per tile
+// only the depth k0 changes): each 16-byte chunk's source at k0 = 0, whether its row of A or
+// its columns of B lie inside the matrix, its column of A or row of B, and its byte offset in a
+// stage. Chunks past the tile (when the tile has fewer chunks than THREADS * LOADS) are never
+// copied. Sources of rows or columns outside are clamped into the matrix, never dereferenced.
+struct CopyPlan {
+    const float* a_src[A_LOADS];
+    unsigned a_dst[A_LOADS];
+    int a_col[A_LOADS];
+    bool a_row_in[A_LOADS];
+    const float* b_src[B_LOADS];
+    unsigned b_dst[B_LOADS];
+    int b_row[B_LOADS];
+    int b_col_end[B_LOADS];  // columns of B left in the matrix from the chunk's first
+};
+
+__device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
+                                                const float* __restrict__ B, const int M,
+                                                const int N, const int K, const int block_row,
+                                                const int block_col) {
+    CopyPlan plan;
 #pragma unroll
     for (int i = 0; i < A_LOADS; i++) {
         const int chunk = threadIdx.x + i * THREADS;
-        if (A_CHUNKS % THREADS == 0 || chunk < A_CHUNKS) {
-            const int row = chunk / (BK / 4);
-            const int col = (chunk % (BK / 4)) * 4;
-            const int m = block_row + row;
-            const int k = k0 + col;
-            const unsigned dst = shared_address(As + row * A_LD + col);
-            if (a_vec) {
-                const bool inside = m < M && k < K;
-                cp_async_16(dst, inside ? A + m * K + k : A, inside ? 16 : 0);
-            } else {
-#pragma unroll
-                for (int e = 0; e < 4; e++) {
-                    const bool inside = m < M && k + e < K;
-                    cp_async_4(dst + 4 * e, inside ? A + m * K + k + e : A, inside ? 4 : 0);
-                }
-            }
-        }
+        const int row = chunk / (BK / 4);
+        const int col = (chunk % (BK / 4)) * 4;
+        const int m = block_row + row;
+        plan.a_src[i] = A + (size_t)min(m, M - 1) * K + col;
+        plan.a_dst[i] = (unsigned)((row * A_LD + col) * sizeof(float));
+        plan.a_col[i] = col;
+        plan.a_row_in[i] = m < M;
     }
 #pragma unroll
     for (int i = 0; i < B_LOADS; i++) {
         const int chunk = threadIdx.x + i * THREADS;
-        if (B_CHUNKS % THREADS == 0 || chunk < B_CHUNKS) {
-            const int row = chunk / (BN / 4);
-            const int col = (chunk % (BN / 4)) * 4;
-            const int k = k0 + row;
-            const int n = block_col + col;
-            const unsigned dst = shared_address(Bs + row * B_LD + col);
-            if (b_vec) {
-                const bool inside = k < K && n < N;
-                cp_async_16(dst, inside ? B + k * N + n : B, inside ? 16 : 0);
+        const int row = chunk / (BN / 4);
+        const int col = (chunk % (BN / 4)) * 4;
+        const int n = block_col + col;
+        plan.b_src[i] = B + (size_t)row * N + min(n, N - 1);
+        plan.b_dst[i] = (unsigned)((row * B_LD + col) * sizeof(float));
+        plan.b_row[i] = row;
+        plan.b_col_end[i] = N - n;
+    }
+    return plan;
+}
+
+// Issues the copies of the A and B tiles at depth k0 into one stage of the ring (shared
+// addresses a_stage and b_stage).
+__device__ __forceinline__ void load_tile(const CopyPlan& plan, const unsigned a_stage,
+                                          const unsigned b_stage, const float* __restrict__ A,
+                                          const float* __restrict__ B, const int N, const int K,
+                                          const int k0, const int a_vec, const int b_vec) {
+#pragma unroll
+    for (int i = 0; i < A_LOADS; i++) {
+        if (A_CHUNKS % THREADS == 0 || threadIdx.x + i * THREADS < A_CHUNKS) {
+            const int k = k0 + plan.a_col[i];
+            const unsigned dst = a_stage + plan.a_dst[i];
+            const float* src = plan.a_src[i] + k0;
+            if (a_vec) {
+                const bool inside = plan.a_row_in[i] && k < K;
+                cp_async_16(dst, inside ? src : A, inside ? 16 : 0);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const bool inside = k < K && n + e < N;
-                    cp_async_4(dst + 4 * e, inside ? B + k * N + n + e : B, inside ? 4 : 0);
+                    const bool inside = plan.a_row_in[i] && k + e < K;
+                    cp_async_4(dst + 4 * e, inside ? src + e : A, inside ? 4 : 0);
+                }
+            }
+        }
+    }
+    const size_t b_offset = (size_t)k0 * N;
+#pragma unroll
+    for (int i = 0; i < B_LOADS; i++) {
+        if (B_CHUNKS % THREADS == 0 || threadIdx.x + i * THREADS < B_CHUNKS) {
+            const bool row_in = k0 + plan.b_row[i] < K;
+            const unsigned dst = b_stage + plan.b_dst[i];
+            const float* src = plan.b_src[i] + b_offset;
+            if (b_vec) {
+                const bool inside = row_in && plan.b_col_end[i] > 0;
+                cp_async_16(dst, inside ? src : B, inside ? 16 : 0);
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const bool inside = row_in && e < plan.b_col_end[i];
+                    cp_async_4(dst + 4 * e, inside ? src + e : B, inside ? 4 : 0);
                 }
             }
         }
@@ -199,6 +258,19 @@ __device__ __forceinline__ void store_quad(float* __restrict__ C, const int row,
         if (col + 2 < N) p[2] = v.z;
         if (col + 3 < N) p[3] = v.w;
     }
+}
+
+// acc += d (rounding FADDs), then d = 0 for the next chunk.
+__device__ __forceinline__ void flush_products(float (&acc)[MT][NT][4], float (&d)[MT][NT][4]) {
+#pragma unroll
+    for (int i = 0; i < MT; i++)
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                acc[i][j][r] += d[i][j][r];
+                d[i][j][r] = 0.0f;
+            }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
@@ -235,29 +307,42 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
     const int b_vec = (N % 4) == 0;
     const int num_tiles = (K + BK - 1) / BK;
 
-    float acc[MT][NT][4];
+    // d: the products of the current KCHUNK 8-deep steps, accumulated by the tensor cores
+    // (small terms first); acc: the sums, added to with a rounding FADD per chunk. The tensor
+    // cores truncate the sums they accumulate, so one running sum inside the mma would drift by
+    // about K/8 ulps (measured: 25x cuBLAS SGEMM's error at K = 4096); d holds 24 * KCHUNK
+    // products, and the FADD rounds to nearest. A longer chunk means fewer FADDs (4 per mma tile
+    // per chunk) but d is live across the chunk: another WM*WN/32 registers.
+    float acc[MT][NT][4], d[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
+            for (int r = 0; r < 4; r++) acc[i][j][r] = d[i][j][r] = 0.0f;
 
+    const CopyPlan plan = plan_copies(A, B, M, N, K, block_row, block_col);
+    const unsigned a_stages = shared_address(As[0]);  // stage s at a_stages + s * A_STAGE_BYTES
+    const unsigned b_stages = shared_address(Bs[0]);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < num_tiles)
-            load_tile(As[s], Bs[s], A, B, M, N, K, block_row, block_col, s * BK, a_vec, b_vec);
+            load_tile(plan, a_stages + s * A_STAGE_BYTES, b_stages + s * B_STAGE_BYTES, A, B, N,
+                      K, s * BK, a_vec, b_vec);
         cp_async_commit();
     }
+    int read_stage = 0;             // the stage of tile `tile`
+    int write_stage = STAGES - 1;   // the stage of tile `tile + STAGES - 1`
 
     for (int tile = 0; tile < num_tiles; tile++) {
         cp_async_wait_stages();
         __syncthreads();
         const int next = tile + STAGES - 1;
         if (next < num_tiles)
-            load_tile(As[next % STAGES], Bs[next % STAGES], A, B, M, N, K, block_row, block_col,
-                      next * BK, a_vec, b_vec);
+            load_tile(plan, a_stages + write_stage * A_STAGE_BYTES,
+                      b_stages + write_stage * B_STAGE_BYTES, A, B, N, K, next * BK, a_vec, b_vec);
         cp_async_commit();
+        write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
 
         // Within each 8-deep step the k order is permuted the same way for A and B (a dot
         // product does not depend on it): the fragments' k = t and k = t + 4 are read from
@@ -266,58 +351,45 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
         // odd columns of 16 (tile 2p + q, column g -> warp column 16p + 2g + q), so b0 of both
         // is one 64-bit LDS, and so is b1. A_LD (8 or 24 mod 32) and B_LD (4 mod 32) make
         // every half-warp's 64-bit reads hit 32 distinct banks.
-        const float* a_s = As[tile % STAGES] + (warp_row + g) * A_LD + 2 * t;
-        const float* b_s = Bs[tile % STAGES] + 2 * t * B_LD + warp_col + 2 * g;
+        const float* a_s = As[read_stage] + (warp_row + g) * A_LD + 2 * t;
+        const float* b_s = Bs[read_stage] + 2 * t * B_LD + warp_col + 2 * g;
+        read_stage = read_stage == STAGES - 1 ? 0 : read_stage + 1;
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 8 * KCHUNK) {
-            // B fragments of KCHUNK 8-deep steps for all NT tiles, split once, used MT times.
-            unsigned b_big[KCHUNK][NT][2], b_small[KCHUNK][NT][2];
+        for (int s = 0; s < STEPS; s++) {
+            // B fragments of this 8-deep step for all NT tiles, split once, used MT times.
+            unsigned b_big[NT][2], b_small[NT][2];
 #pragma unroll
-            for (int c = 0; c < KCHUNK; c++)
-#pragma unroll
-                for (int p = 0; p < NT / 2; p++) {
-                    const float* q = b_s + (kk + 8 * c) * B_LD + p * 16;
-                    const float2 k0 = *reinterpret_cast<const float2*>(q);
-                    const float2 k4 = *reinterpret_cast<const float2*>(q + B_LD);
-                    split_tf32(k0.x, b_big[c][2 * p][0], b_small[c][2 * p][0]);  // B[t][g], tile 2p
-                    split_tf32(k0.y, b_big[c][2 * p + 1][0], b_small[c][2 * p + 1][0]);  // 2p + 1
-                    split_tf32(k4.x, b_big[c][2 * p][1], b_small[c][2 * p][1]);  // B[t+4][g]
-                    split_tf32(k4.y, b_big[c][2 * p + 1][1], b_small[c][2 * p + 1][1]);
-                }
+            for (int p = 0; p < NT / 2; p++) {
+                const float* q = b_s + 8 * s * B_LD + p * 16;
+                const float2 k0 = *reinterpret_cast<const float2*>(q);
+                const float2 k4 = *reinterpret_cast<const float2*>(q + B_LD);
+                split_tf32(k0.x, b_big[2 * p][0], b_small[2 * p][0]);          // B[t][g], tile 2p
+                split_tf32(k0.y, b_big[2 * p + 1][0], b_small[2 * p + 1][0]);  // tile 2p + 1
+                split_tf32(k4.x, b_big[2 * p][1], b_small[2 * p][1]);          // B[t+4][g]
+                split_tf32(k4.y, b_big[2 * p + 1][1], b_small[2 * p + 1][1]);
+            }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                unsigned a_big[KCHUNK][4], a_small[KCHUNK][4];
-#pragma unroll
-                for (int c = 0; c < KCHUNK; c++) {
-                    const float* q = a_s + i * 16 * A_LD + kk + 8 * c;
-                    const float2 top = *reinterpret_cast<const float2*>(q);
-                    const float2 bottom = *reinterpret_cast<const float2*>(q + 8 * A_LD);
-                    split_tf32(top.x, a_big[c][0], a_small[c][0]);     // A[g][t]
-                    split_tf32(bottom.x, a_big[c][1], a_small[c][1]);  // A[g+8][t]
-                    split_tf32(top.y, a_big[c][2], a_small[c][2]);     // A[g][t+4]
-                    split_tf32(bottom.y, a_big[c][3], a_small[c][3]);  // A[g+8][t+4]
-                }
-                // The 3 * KCHUNK products of each 16x8 tile go into a fresh FP32 tile d (small
-                // ones first), then into the accumulator with an FADD: tensor cores truncate the
-                // sums they accumulate, so a long running sum inside the mma would drift by about
-                // K/8 ulps (measured: 25x cuBLAS SGEMM's error at K = 4096); d only holds
-                // 24 * KCHUNK products, and the FADD rounds to nearest. KCHUNK = 2 halves the
-                // FADDs and holds twice the B fragments.
+                unsigned a_big[4], a_small[4];
+                const float* q = a_s + i * 16 * A_LD + 8 * s;
+                const float2 top = *reinterpret_cast<const float2*>(q);
+                const float2 bottom = *reinterpret_cast<const float2*>(q + 8 * A_LD);
+                split_tf32(top.x, a_big[0], a_small[0]);     // A[g][t]
+                split_tf32(bottom.x, a_big[1], a_small[1]);  // A[g+8][t]
+                split_tf32(top.y, a_big[2], a_small[2]);     // A[g][t+4]
+                split_tf32(bottom.y, a_big[3], a_small[3]);  // A[g+8][t+4]
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                    for (int c = 0; c < KCHUNK; c++) {
-                        mma_tf32(d, a_big[c], b_small[c][j]);
-                        mma_tf32(d, a_small[c], b_big[c][j]);
-                        mma_tf32(d, a_big[c], b_big[c][j]);
-                    }
-#pragma unroll
-                    for (int r = 0; r < 4; r++) acc[i][j][r] += d[r];
+                    mma_tf32(d[i][j], a_big, b_small[j]);
+                    mma_tf32(d[i][j], a_small, b_big[j]);
+                    mma_tf32(d[i][j], a_big, b_big[j]);
                 }
             }
+            if (KCHUNK <= STEPS && (s + 1) % KCHUNK == 0) flush_products(acc, d);
         }
+        if (KCHUNK > STEPS && (tile + 1) % (KCHUNK / STEPS) == 0) flush_products(acc, d);
     }
+    if (KCHUNK > STEPS) flush_products(acc, d);  // the last, partial chunk (zeros otherwise)
 
     // Tiles 2p and 2p + 1 hold, for rows g and g + 8, warp columns 16p + 4t .. 16p + 4t + 3
     // (c0 of tile 2p, c0 of tile 2p + 1, c1 of 2p, c1 of 2p + 1; c2, c3 likewise for row g + 8).

@@ -8,7 +8,9 @@
 // x is split into big (x rounded to 11 significant bits by integer arithmetic) and small =
 // x - big (the tensor core reads its top 11 bits), and each product is accumulated in FP32 from
 // three mma.sync.m16n8k8 products, a_big*b_small + a_small*b_big + a_big*b_big (small terms
-// first), in a fresh tile added to the accumulator with a rounding FADD.
+// first), summed by the tensor cores in a product tile over KCHUNK 8-deep steps, then added to
+// the accumulator with a rounding FADD. (The loader's addresses are recomputed per tile here;
+// the CUDA version works them out once.)
 // OpenCL has no cp.async: the next A and B tiles are loaded into registers (float4 chunks when
 // K % 4 == 0 for A and N % 4 == 0 for B, else guarded elements) while the current tile is
 // computed, then stored into the other of two local-memory stages, one barrier per tile:
@@ -45,7 +47,10 @@
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
 #endif
 #ifndef KCHUNK
-#define KCHUNK 1  // 8-deep steps whose products share one fresh tile (BK a multiple of 8*KCHUNK)
+#define KCHUNK 1  // 8-deep steps whose products the tensor cores sum before the rounding FADD
+#endif
+#ifndef BLOCKS_PER_SM
+#define BLOCKS_PER_SM 0  // CUDA's __launch_bounds__ minimum; OpenCL has no such bound (unused)
 #endif
 
 #define WARP 32
@@ -53,6 +58,7 @@
 #define THREADS ((BM / WM) * WARPS_N * WARP)     // work-items per work-group
 #define MT (WM / 16)                             // mma tiles per warp along M
 #define NT (WN / 8)                              // mma tiles per warp along N
+#define STEPS (BK / 8)                           // 8-deep mma steps per tile
 #define A_LD (BK % 16 == 0 ? BK + 8 : BK)       // row of an A tile in floats: 8 or 24 mod 32
 #define B_LD (BN + 4)                            // row of a B tile in floats: 4 mod 32
 #define A_CHUNKS (BM * BK / 4)                   // float4 chunks in an A tile
@@ -168,13 +174,26 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
         }                                                                                         \
     } while (0)
 
-    float acc[MT][NT][4];
+    // d: the products of the current KCHUNK 8-deep steps, summed by the tensor cores (small
+    // terms first); acc: the sums, added to with a rounding FADD per chunk (the tensor cores
+    // truncate the sums they accumulate; kernels/cuda/matmul_11.cu says more).
+    float acc[MT][NT][4], d[MT][NT][4];
 #pragma unroll
     for (int i = 0; i < MT; i++)
 #pragma unroll
         for (int j = 0; j < NT; j++)
 #pragma unroll
-            for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
+            for (int r = 0; r < 4; r++) acc[i][j][r] = d[i][j][r] = 0.0f;
+// acc += d (rounding FADDs), then d = 0 for the next chunk.
+#define FLUSH_PRODUCTS()                                                                          \
+    do {                                                                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < MT; i_++)                                         \
+            _Pragma("unroll") for (int j_ = 0; j_ < NT; j_++)                                     \
+                _Pragma("unroll") for (int r_ = 0; r_ < 4; r_++) {                                \
+                    acc[i_][j_][r_] += d[i_][j_][r_];                                             \
+                    d[i_][j_][r_] = 0.0f;                                                         \
+                }                                                                                 \
+    } while (0)
 
     LOAD_TILE(0);
     STORE_TILE(0);
@@ -191,55 +210,44 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
         const __local float* a_s = As[stage] + (warp_row + g) * A_LD + 2 * t;
         const __local float* b_s = Bs[stage] + 2 * t * B_LD + warp_col + 2 * g;
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 8 * KCHUNK) {
-            // B fragments of KCHUNK 8-deep steps for all NT tiles, split once, used MT times.
-            uint b_big[KCHUNK][NT][2], b_small[KCHUNK][NT][2];
+        for (int s = 0; s < STEPS; s++) {
+            // B fragments of this 8-deep step for all NT tiles, split once, used MT times.
+            uint b_big[NT][2], b_small[NT][2];
 #pragma unroll
-            for (int c = 0; c < KCHUNK; c++)
-#pragma unroll
-                for (int p = 0; p < NT / 2; p++) {
-                    const __local float* q = b_s + (kk + 8 * c) * B_LD + p * 16;
-                    const float2 k0 = *(const __local float2*)q;
-                    const float2 k4 = *(const __local float2*)(q + B_LD);
-                    split_tf32(k0.x, &b_big[c][2 * p][0], &b_small[c][2 * p][0]);  // B[t][g], 2p
-                    split_tf32(k0.y, &b_big[c][2 * p + 1][0], &b_small[c][2 * p + 1][0]);  // 2p + 1
-                    split_tf32(k4.x, &b_big[c][2 * p][1], &b_small[c][2 * p][1]);  // B[t+4][g]
-                    split_tf32(k4.y, &b_big[c][2 * p + 1][1], &b_small[c][2 * p + 1][1]);
-                }
+            for (int p = 0; p < NT / 2; p++) {
+                const __local float* q = b_s + 8 * s * B_LD + p * 16;
+                const float2 k0 = *(const __local float2*)q;
+                const float2 k4 = *(const __local float2*)(q + B_LD);
+                split_tf32(k0.x, &b_big[2 * p][0], &b_small[2 * p][0]);          // B[t][g], 2p
+                split_tf32(k0.y, &b_big[2 * p + 1][0], &b_small[2 * p + 1][0]);  // 2p + 1
+                split_tf32(k4.x, &b_big[2 * p][1], &b_small[2 * p][1]);          // B[t+4][g]
+                split_tf32(k4.y, &b_big[2 * p + 1][1], &b_small[2 * p + 1][1]);
+            }
 #pragma unroll
             for (int i = 0; i < MT; i++) {
-                uint a_big[KCHUNK][4], a_small[KCHUNK][4];
-#pragma unroll
-                for (int c = 0; c < KCHUNK; c++) {
-                    const __local float* q = a_s + i * 16 * A_LD + kk + 8 * c;
-                    const float2 top = *(const __local float2*)q;
-                    const float2 bottom = *(const __local float2*)(q + 8 * A_LD);
-                    split_tf32(top.x, &a_big[c][0], &a_small[c][0]);     // A[g][t]
-                    split_tf32(bottom.x, &a_big[c][1], &a_small[c][1]);  // A[g+8][t]
-                    split_tf32(top.y, &a_big[c][2], &a_small[c][2]);     // A[g][t+4]
-                    split_tf32(bottom.y, &a_big[c][3], &a_small[c][3]);  // A[g+8][t+4]
-                }
-                // The 3 * KCHUNK products of each 16x8 tile go into a fresh FP32 tile d (small
-                // ones first), then into the accumulator with a rounding FADD: the tensor cores
-                // truncate the sums they accumulate (kernels/cuda/matmul_11.cu says more).
+                uint a_big[4], a_small[4];
+                const __local float* q = a_s + i * 16 * A_LD + 8 * s;
+                const float2 top = *(const __local float2*)q;
+                const float2 bottom = *(const __local float2*)(q + 8 * A_LD);
+                split_tf32(top.x, &a_big[0], &a_small[0]);     // A[g][t]
+                split_tf32(bottom.x, &a_big[1], &a_small[1]);  // A[g+8][t]
+                split_tf32(top.y, &a_big[2], &a_small[2]);     // A[g][t+4]
+                split_tf32(bottom.y, &a_big[3], &a_small[3]);  // A[g+8][t+4]
 #pragma unroll
                 for (int j = 0; j < NT; j++) {
-                    float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll
-                    for (int c = 0; c < KCHUNK; c++) {
-                        mma_tf32(d, a_big[c], b_small[c][j]);
-                        mma_tf32(d, a_small[c], b_big[c][j]);
-                        mma_tf32(d, a_big[c], b_big[c][j]);
-                    }
-#pragma unroll
-                    for (int r = 0; r < 4; r++) acc[i][j][r] += d[r];
+                    mma_tf32(d[i][j], a_big, b_small[j]);
+                    mma_tf32(d[i][j], a_small, b_big[j]);
+                    mma_tf32(d[i][j], a_big, b_big[j]);
                 }
             }
+            if (KCHUNK <= STEPS && (s + 1) % KCHUNK == 0) FLUSH_PRODUCTS();
         }
+        if (KCHUNK > STEPS && (tile + 1) % (KCHUNK / STEPS) == 0) FLUSH_PRODUCTS();
 
         if (more) STORE_TILE(stage ^ 1);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+    if (KCHUNK > STEPS) FLUSH_PRODUCTS();  // the last, partial chunk (zeros otherwise)
 
     // Tiles 2p and 2p + 1 hold, for rows g and g + 8, warp columns 16p + 4t .. 16p + 4t + 3.
     const int quad_ok = (N % 4) == 0;
