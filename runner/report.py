@@ -344,6 +344,13 @@ def _x_of(run) -> tuple[float, bool]:
     return product ** (1 / len(dims)), len(set(dims)) == 1
 
 
+def series_style(index: int) -> tuple[str, str, str]:
+    """Colour, marker and line style of the index-th step of a panel: matplotlib's ten colours,
+    then the same colours with triangles on dash-dot lines (the SGEMM ladder has 11 steps, and
+    matmul_1 and matmul_11 must not look alike), then squares on dotted ones."""
+    return (f"C{index % 10}", ("o", "^", "D")[index // 10 % 3], ("-", "-.", ":")[index // 10 % 3])
+
+
 def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
     """Rate against size for every step with the vendor's median line, one panel per backend
     and device (and per unit)."""
@@ -369,17 +376,17 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
         # of odd shapes only joins them all.
         any_square = any(p[2] for points in series.values() for p in points)
         odd_seen = False
-        for kernel in sorted(series, key=_step_key):
+        for index, kernel in enumerate(sorted(series, key=_step_key)):
             points = sorted(series[kernel])
             joined = [p for p in points if p[2]] if any_square else points
             apart = [p for p in points if not p[2]] if any_square else []
-            line = ax.plot([p[0] for p in joined], [p[1] for p in joined], marker="o",
-                           label=kernel)[0]
+            color, marker, linestyle = series_style(index)
+            ax.plot([p[0] for p in joined], [p[1] for p in joined], color=color, marker=marker,
+                    linestyle=linestyle, label=kernel)
             if apart:
                 odd_seen = True
                 ax.plot([p[0] for p in apart], [p[1] for p in apart], linestyle="none",
-                        marker="o", markerfacecolor="none", markeredgewidth=1.5,
-                        color=line.get_color())
+                        marker=marker, markerfacecolor="none", markeredgewidth=1.5, color=color)
         if vendor:
             # The baseline ran once per kernel run: its median over those runs, per size.
             label = (vendor_name or "vendor") if is_gemm else "device copy"

@@ -175,6 +175,15 @@ def test_build_report_with_only_failed_runs_or_one_run(store, tmp_path):
     assert all(f.stat().st_size > 5_000 for f in files[1:])
 
 
+def test_rate_plot_steps_look_different_beyond_ten():
+    """matplotlib has ten colours; the SGEMM ladder has 11 steps."""
+    from runner.report import series_style
+
+    styles = [series_style(i) for i in range(25)]
+    assert len(set(styles)) == 25
+    assert series_style(0)[0] == series_style(10)[0] and series_style(0) != series_style(10)
+
+
 def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
     """A shape that is not square (33x17x9 beside 40) is an open marker, not a point on the
     step's line: a line would jump between two sizes that are not a sequence."""
