@@ -97,6 +97,7 @@
 #define B_STAGE_BYTES (BK * B_LD * 4)
 #define B_LOADS ((B_CHUNKS + THREADS - 1) / THREADS)
 #define STEPS (BK / 8)                           // 8-deep mma steps per tile
+#define TILES_PER_CHUNK (KCHUNK > STEPS ? KCHUNK / STEPS : 1)  // tiles a product tile spans
 // Registers a thread needs, roughly: accumulators (and live product tiles when KCHUNK > 1), big
 // and small fragments, addresses.
 #define REG_ESTIMATE (MT * NT * 4 * (KCHUNK > 1 ? 2 : 1) + 2 * (MT * 4 + NT * 2) + 40)
@@ -387,7 +388,7 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
             }
             if (KCHUNK <= STEPS && (s + 1) % KCHUNK == 0) flush_products(acc, d);
         }
-        if (KCHUNK > STEPS && (tile + 1) % (KCHUNK / STEPS) == 0) flush_products(acc, d);
+        if (KCHUNK > STEPS && (tile + 1) % TILES_PER_CHUNK == 0) flush_products(acc, d);
     }
     if (KCHUNK > STEPS) flush_products(acc, d);  // the last, partial chunk (zeros otherwise)
 

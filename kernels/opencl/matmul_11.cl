@@ -59,6 +59,7 @@
 #define MT (WM / 16)                             // mma tiles per warp along M
 #define NT (WN / 8)                              // mma tiles per warp along N
 #define STEPS (BK / 8)                           // 8-deep mma steps per tile
+#define TILES_PER_CHUNK (KCHUNK > STEPS ? KCHUNK / STEPS : 1)  // tiles a product tile spans
 #define A_LD (BK % 16 == 0 ? BK + 8 : BK)       // row of an A tile in floats: 8 or 24 mod 32
 #define B_LD (BN + 4)                            // row of a B tile in floats: 4 mod 32
 #define A_CHUNKS (BM * BK / 4)                   // float4 chunks in an A tile
@@ -242,7 +243,7 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
             }
             if (KCHUNK <= STEPS && (s + 1) % KCHUNK == 0) FLUSH_PRODUCTS();
         }
-        if (KCHUNK > STEPS && (tile + 1) % (KCHUNK / STEPS) == 0) FLUSH_PRODUCTS();
+        if (KCHUNK > STEPS && (tile + 1) % TILES_PER_CHUNK == 0) FLUSH_PRODUCTS();
 
         if (more) STORE_TILE(stage ^ 1);
         barrier(CLK_LOCAL_MEM_FENCE);
