@@ -56,3 +56,16 @@ def test_other_allowed_values_compile(compile_only_cuda, name):
     for params in variant_params(name)[1:]:
         plan, prepared = _compile(compile_only_cuda, name, params)
         assert all(prepared.program.resources[e].registers for e in plan.entries)
+
+
+@pytest.mark.parametrize("chunk", [{"KCHUNK": 2}, {"KCHUNK": 4}, {"KCHUNK": 8},
+                                   {"KCHUNK": 2, "BK": 16, "STAGES": 2},
+                                   {"KCHUNK": 4, "BK": 16, "STAGES": 2}],
+                         ids=["2", "4", "8", "2-within-bk16", "4-across-bk16"])
+def test_matmul_11_product_chunks_compile_without_spills(compile_only_cuda, chunk):
+    """KCHUNK > 1 keeps a product tile per mma tile live across the chunk: with 64x32 warp
+    tiles (the constraint's room for it) that fits in registers, in and across tiles."""
+    params = {**compose_config("kernel=matmul_11").kernel.params, "WN": 32, **chunk}
+    plan, prepared = _compile(compile_only_cuda, "matmul_11", params)
+    used = prepared.program.resources["matmul_11"]
+    assert used.registers is not None and used.spill_bytes == 0, prepared.program.log
