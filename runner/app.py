@@ -17,7 +17,7 @@ from runner.errors import Refused, RunError
 from runner.execute import execute
 from runner.gpu_pool import claim_gpu
 from runner.interrupts import describe, shielded
-from runner.paths import CONF_DIR
+from runner.paths import CONF_DIR, source_file_name
 from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
 from runner.schema import register_configs
 from runner.size_rules import apply_size_rules, pinned_params
@@ -86,6 +86,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
                        "device.index": cfg.backend.device})
         validate(cfg)  # every number in its range, before anything is compiled or timed
         plan = plan_kernel(cfg.kernel, size)
+        source_file_name(cfg.kernel, cfg.backend.name)  # a step without this backend's source
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)
         if selection:

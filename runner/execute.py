@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
-from runner.errors import VerificationError
+from runner.errors import Refused, VerificationError
 from runner.limits import (check_device_support, check_host_memory, check_kernel_limits,
                            check_launch_limits, check_memory)
 from runner.operations import (CheckResult, Problem, check_result, effective_check,
@@ -111,7 +111,9 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
             kernel_dirs: Sequence[str] = ()) -> PreparedRun:
     """Compile the plan's source (from the user's `kernel_dirs` first, then the packaged
     kernels) with its defines, upload the inputs, allocate the rest."""
-    file_name = getattr(sources_cfg, backend.name)
+    file_name = sources_cfg.get(backend.name)
+    if file_name is None:
+        raise Refused(f"{plan.name} has no {backend.name} source")
     source = kernel_source_path(backend.name, file_name, kernel_dirs).read_text()
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers)
@@ -127,7 +129,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
 
     def enqueue():
         return [backend.launch(program.kernels[launch.entry], launch.groups, launch.local,
-                               [values[arg] for arg in launch.args])
+                               [values[arg] for arg in launch.args], launch.local_bytes)
                 for launch in plan.launches]
 
     return PreparedRun(file_name, artifact, program, buffers, enqueue, source)

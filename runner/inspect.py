@@ -69,6 +69,9 @@ def _check_target(plan, backend) -> None:
         if backend.compute_capability < needed:
             raise Refused(f"{plan.name} needs sm_{needed} or later (mma.sync TF32); "
                           f"the target is sm_{backend.compute_capability}")
+        if plan.requires_exact_architecture and backend.compute_capability != needed:
+            raise Refused(f"{plan.name} needs sm_{needed}a exactly (wgmma); "
+                          f"the target is sm_{backend.compute_capability}")
         return
     check_device_support(plan, backend.device_info())
 
@@ -77,12 +80,13 @@ def inspect_config(cfg):
     """Compile the config's kernel as a run would (same plan, defines and cache) and inspect it."""
     from runner.execute import compile_once
     from runner.inspection import inspect_program
+    from runner.paths import source_file_name
     from runner.spec import ProblemSize, plan_kernel
 
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     backend = _backend(cfg)
+    file_name = source_file_name(cfg.kernel, backend.name)
     _check_target(plan, backend)
-    file_name = getattr(cfg.kernel.sources, backend.name)
     source = kernel_source_path(backend.name, file_name, cfg.kernel_dirs).read_text()
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers)

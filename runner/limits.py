@@ -18,12 +18,18 @@ def check_device_support(plan: KernelPlan, device: DeviceInfo) -> None:
         return
     wanted = f"an NVIDIA GPU of compute capability {needed // 10}.{needed % 10} or later"
     if not device.is_nvidia_gpu or device.compute_capability is None:
-        raise Refused(f"{plan.name} needs {wanted} (its source is NVIDIA inline PTX: mma.sync "
-                       f"on the tensor cores), not {device.name} ({device.platform}); "
-                       f"run it with backend=cuda or backend=opencl backend.platform=NVIDIA")
+        where = ("backend=cuda" if plan.requires_exact_architecture
+                 else "backend=cuda or backend=opencl backend.platform=NVIDIA")
+        raise Refused(f"{plan.name} needs {wanted} (its source is NVIDIA inline PTX for the "
+                       f"tensor cores), not {device.name} ({device.platform}); run it with {where}")
     major, minor = (int(part) for part in device.compute_capability.split("."))
     if major * 10 + minor < needed:
         raise Refused(f"{plan.name} needs {wanted}; {device.name} is "
+                       f"{device.compute_capability}")
+    if plan.requires_exact_architecture and major * 10 + minor != needed:
+        raise Refused(f"{plan.name} needs compute capability {needed // 10}.{needed % 10} "
+                       f"exactly (its inline PTX uses instructions only that architecture "
+                       f"has, such as wgmma on sm_90a); {device.name} is "
                        f"{device.compute_capability}")
 
 
@@ -39,6 +45,11 @@ def check_launch_limits(plan: KernelPlan, device: DeviceInfo) -> None:
             if extent > limit:
                 raise Refused(f"{plan.name}: work-group {shape} is {extent} in dimension {dim}, "
                                f"over the {limit} that {device.name} allows there")
+        allowed = device.dynamic_local_memory_bytes or device.local_memory_bytes
+        if launch.local_bytes > allowed:
+            raise Refused(f"{plan.name}: {launch.entry} asks for {launch.local_bytes} bytes of "
+                           f"dynamic local/shared memory per work-group, over the {allowed} "
+                           f"that {device.name} allows")
 
 
 def check_memory(plan: KernelPlan, device: DeviceInfo, buffer_floats: Mapping[str, int]) -> None:

@@ -74,6 +74,16 @@ def check_source_name(file_name: str) -> None:
                       "(no folders, no '..'), found in kernel_dirs or the packaged kernels")
 
 
+def source_file_name(kernel_cfg, backend: str) -> str:
+    """The kernel's source file for `backend`; Refused when the step has none there."""
+    file_name = kernel_cfg.sources.get(backend)
+    if file_name is None:
+        written = [name for name, value in kernel_cfg.sources.items() if value is not None]
+        raise Refused(f"{kernel_cfg.name} has no {backend} source (it is written for "
+                      f"backend={' or backend='.join(written)} only; see its YAML)")
+    return file_name
+
+
 def kernel_source_path(backend: str, file_name: str, configured_dirs: Iterable[str] = ()) -> Path:
     """The source `file_name` of `backend` ("opencl" or "cuda") from the first folder of
     `kernel_dirs(configured_dirs)` that has it; a RunError naming every folder tried if none."""

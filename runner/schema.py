@@ -50,6 +50,9 @@ class LaunchConfig:
     args: List[str] = MISSING  # names: M, N, K, the operation's buffers, scratch buffers
     local: List[str] = MISSING  # work-group size per dimension (expressions), dimension 0 first
     groups: List[str] = MISSING  # work-groups per dimension (expressions)
+    # Dynamic local/shared memory in bytes (expression): CUDA's `extern __shared__` array (the
+    # way past 48 KiB), OpenCL's trailing `__local` pointer argument; 0: none.
+    local_bytes: str = "0"
 
 
 @dataclass
@@ -60,8 +63,11 @@ class WorkConfig:
 
 @dataclass
 class SourcesConfig:
-    opencl: str = MISSING  # file name in kernels/opencl/
-    cuda: str = MISSING  # file name in kernels/cuda/
+    # File names in kernels/opencl/ and kernels/cuda/. A step written for one backend's
+    # hardware only (matmul_12: wgmma, which OpenCL cannot ask for) leaves the other out, and
+    # runs on that backend are refused.
+    opencl: Optional[str] = None
+    cuda: Optional[str] = None
 
 
 @dataclass
@@ -88,6 +94,9 @@ class KernelConfig:
     # NVIDIA compute capability (major*10+minor) the source needs, e.g. 80 for mma.sync TF32
     # inline PTX: any other device is refused before a compile. None: any device.
     requires_compute_capability: Optional[int] = None
+    # True: that compute capability exactly, no later one; the source uses instructions only
+    # its architecture has (wgmma on sm_90a), which CUDA compiles for as sm_XXa.
+    requires_exact_architecture: bool = False
     # Tile shapes chosen by problem size: the first rule whose `when` holds sets its params,
     # unless one of them is given on the command line (or by a sweep); kernel.size_rules=[]
     # turns the rules off.

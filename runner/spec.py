@@ -46,6 +46,7 @@ class Launch:
     args: tuple[str, ...]
     local: tuple[int, ...]
     groups: tuple[int, ...]
+    local_bytes: int = 0  # dynamic local/shared memory
 
     @property
     def work_group_size(self) -> int:
@@ -68,6 +69,7 @@ class KernelPlan:
     max_registers: Optional[int] = None
     precision: str = "fp32"
     requires_compute_capability: Optional[int] = None
+    requires_exact_architecture: bool = False
 
     @property
     def defines(self) -> dict[str, int]:
@@ -164,7 +166,15 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         if len(local) != len(groups):
             raise RunError(f"{name}: launch {launch_cfg.entry} has {len(local)} local dimensions "
                            f"but {len(groups)} group dimensions")
-        launches.append(Launch(launch_cfg.entry, tuple(launch_cfg.args), local, groups))
+        try:
+            local_bytes = evaluate_int(launch_cfg.get("local_bytes", "0"), names)
+        except ExpressionError as error:
+            raise RunError(f"{name}: bad local_bytes: {error}") from None
+        if local_bytes < 0:
+            raise RunError(f"{name}: launch {launch_cfg.entry} asks for {local_bytes} bytes of "
+                           "local memory")
+        launches.append(Launch(launch_cfg.entry, tuple(launch_cfg.args), local, groups,
+                               local_bytes))
     if not launches:
         raise RunError(f"{name}: the spec lists no launches")
     max_registers = kernel_cfg.get("max_registers")
@@ -173,4 +183,5 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     precision = kernel_cfg.get("precision", "fp32")
     return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
                       max_registers, getattr(precision, "value", precision),
-                      kernel_cfg.get("requires_compute_capability"))
+                      kernel_cfg.get("requires_compute_capability"),
+                      bool(kernel_cfg.get("requires_exact_architecture", False)))

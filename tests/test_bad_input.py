@@ -71,6 +71,22 @@ def test_local_memory_over_the_device_limit(store, monkeypatch):
     assert "2048 bytes of local/shared memory" in reason and "over the 1024" in reason
 
 
+def test_a_step_without_a_source_for_the_backend_is_refused_before_a_device_is_opened(store):
+    reason = run_failing(store, "kernel=matmul_12", "size=64")
+    assert reason == ("matmul_12 has no opencl source (it is written for backend=cuda only; "
+                      "see its YAML)")
+
+
+def test_dynamic_local_memory_over_the_device_limit(store, monkeypatch):
+    """A launch's `local_bytes` (dynamic local memory) against what the device allows, before
+    anything is compiled."""
+    _shrink_device(monkeypatch, local_memory_bytes=4096, dynamic_local_memory_bytes=4096)
+    reason = run_failing(store, "kernel=matmul_2", "size=32",
+                         "kernel.launches.0.local_bytes='1024 * TS'")
+    assert "matmul_2 asks for 32768 bytes of dynamic local/shared memory" in reason  # TS=32
+    assert "over the 4096 that" in reason
+
+
 def test_problem_larger_than_device_memory(store, monkeypatch):
     _shrink_device(monkeypatch, global_memory_bytes=1 << 20)
     reason = run_failing(store, "kernel=matmul_2", "size=1024")

@@ -4,7 +4,8 @@ verified at 4096 (8192 for copies) and at an odd size, recorded in MLflow with r
 import mlflow
 import pytest
 
-from conftest import KERNEL_NAMES, compose_config, requires_cuda_gpu, requires_nvidia_opencl
+from conftest import (KERNEL_NAMES, compose_config, kernel_yaml, requires_cuda_gpu,
+                      requires_nvidia_opencl)
 from runner.app import run
 
 pytestmark = pytest.mark.gpu
@@ -37,6 +38,8 @@ def _size(name: str, odd: bool) -> list[str]:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_kernel_verified_on_the_gpu(store, name, backend, odd):
+    if "backend=opencl" in backend and "opencl" not in kernel_yaml(name)["sources"]:
+        pytest.skip(f"{name} has no OpenCL source (refused: test_bad_input)")
     cfg = compose_config(f"kernel={name}", *backend, *_size(name, odd), "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")
     assert run(cfg) is not None
@@ -49,12 +52,18 @@ def test_kernel_verified_on_the_gpu(store, name, backend, odd):
     assert recorded.data.tags["device.type"] == "gpu"
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+THREE_TF32_STEPS = [pytest.param("matmul_11", backend.values[0], id=f"matmul_11-{backend.id}",
+                                 marks=backend.marks) for backend in BACKENDS] + [
+    pytest.param("matmul_12", BACKENDS[0].values[0], id="matmul_12-cuda", marks=requires_cuda_gpu)]
+
+
+@pytest.mark.parametrize("name,backend", THREE_TF32_STEPS)
 @pytest.mark.parametrize("size", ["size=4096", "size=8192"])
-def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, backend, size):
-    """matmul_11's error against float64 is no worse than twice cuBLAS SGEMM's on the same data,
-    under the FP32 steps' tolerance (the 3xTF32 claim; its speed is the benchmark page's)."""
-    cfg = compose_config("kernel=matmul_11", *backend, size, "timing.repeats=3",
+def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, name, backend, size):
+    """matmul_11's and matmul_12's error against float64 is no worse than twice cuBLAS SGEMM's
+    on the same data, under the FP32 steps' tolerance (the 3xTF32 claim; its speed is the
+    benchmark page's)."""
+    cfg = compose_config(f"kernel={name}", *backend, size, "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")
     assert run(cfg) is not None
     recorded = _recorded(store)
@@ -84,6 +93,28 @@ def test_3xtf32_with_longer_product_chunks_is_correct_and_accurate(store, backen
     assert recorded.data.params["kernel.params.KCHUNK"] == chunk[0].split("=")[1]
     assert metrics["check/error_vs_vendor"] <= 2.0, (metrics["check/rel_error"],
                                                      metrics["vendor/rel_error"])
+
+
+@pytest.mark.parametrize("params", [
+    [],
+    ["kernel.params.BN=64"],
+    ["kernel.params.BM=64", "kernel.params.STAGES=2"],
+    ["kernel.params.BN=64", "kernel.params.STAGES=6", "kernel.params.GROUP=1"],
+], ids=["defaults", "bn64", "bm64-2stages", "bn64-6stages-rows"])
+@pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
+                                  ["m=1", "n=1", "k=1"], ["m=64", "n=128", "k=32"]],
+                         ids=["k-odd", "n-odd", "one", "one-tile"])
+@requires_cuda_gpu
+def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, size):
+    """wgmma's layouts (swizzled shared tiles, permuted k, fragment and accumulator order) and
+    every edge: K % 4 != 0 (A copied element by element), N odd (scalar stores), one element,
+    exactly one tile; verified against float64 and as accurate as cuBLAS SGEMM."""
+    cfg = compose_config("kernel=matmul_12", "backend=cuda", *size, *params, "timing.repeats=3",
+                         "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    metrics = _recorded(store).data.metrics
+    assert metrics["check/passed"] == 1.0
+    assert metrics["check/rel_error"] < 1e-6
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

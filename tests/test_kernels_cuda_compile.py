@@ -1,4 +1,4 @@
-"""Every CUDA kernel compiles through NVRTC for sm_90, with registers and spills read back."""
+"""Every CUDA kernel compiles through NVRTC for sm_90a, with registers and spills read back."""
 
 import pytest
 
@@ -41,7 +41,7 @@ ACCEPTED_SPILLS = {
 def test_defaults_compile_for_sm_90_without_spills(compile_only_cuda, name):
     cfg = compose_config(f"kernel={name}")
     plan, prepared = _compile(compile_only_cuda, name, dict(cfg.kernel.params))
-    assert "-arch=sm_90" in prepared.program.options
+    assert "-arch=sm_90a" in prepared.program.options  # Hopper's arch-specific target
     for entry in plan.entries:
         used = prepared.program.resources[entry]
         assert used.registers is not None and used.registers > 0, prepared.program.log
@@ -69,3 +69,17 @@ def test_matmul_11_product_chunks_compile_without_spills(compile_only_cuda, chun
     plan, prepared = _compile(compile_only_cuda, "matmul_11", params)
     used = prepared.program.resources["matmul_11"]
     assert used.registers is not None and used.spill_bytes == 0, prepared.program.log
+
+
+@pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BN": 64, "STAGES": 6}],
+                         ids=["defaults", "bn64", "bm64", "bn64-6stages"])
+def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
+    """ptxas serializes wgmma (waits after every one) when it cannot prove the accumulator and
+    fragment registers untouched while they run, and says so in its log; matmul_12 must not
+    get that, nor spill."""
+    params = {**compose_config("kernel=matmul_12").kernel.params, **params}
+    plan, prepared = _compile(compile_only_cuda, "matmul_12", params)
+    log = prepared.program.log.replace("\0", "")
+    assert "serialized" not in log and "wgmma" not in log.lower(), log
+    used = prepared.program.resources["matmul_12"]
+    assert used.registers is not None and used.spill_bytes == 0, log

@@ -5,7 +5,7 @@ import pytest
 from conftest import (MOVE_KERNELS, NVIDIA_ONLY_KERNELS, PORTABLE_SGEMM_KERNELS, compose_config,
                       variant_params)
 from runner.errors import Refused
-from runner.limits import check_device_support
+from runner.limits import check_device_support, check_launch_limits
 from runner.execute import checked_launch, prepare
 from runner.operations import make_problem
 from runner.spec import ProblemSize, plan_kernel
@@ -51,8 +51,25 @@ def test_copy_and_transpose_kernels_are_bit_exact(cpu_backend, name, params):
 @pytest.mark.parametrize("name", NVIDIA_ONLY_KERNELS)
 def test_tensor_core_steps_are_refused_on_the_cpu_before_a_compile(cpu_backend, name):
     plan = plan_kernel(compose_config(f"kernel={name}").kernel, ProblemSize(64, 64, 64))
-    with pytest.raises(Refused, match=r"needs an NVIDIA GPU of compute capability 8\.0 or later"):
+    with pytest.raises(Refused, match=r"needs an NVIDIA GPU of compute capability \d\.\d or later"):
         check_device_support(plan, cpu_backend.device_info())
+
+
+def test_a_step_for_one_architecture_is_refused_on_any_other():
+    """matmul_12 (wgmma, sm_90a) on a later GPU, which lacks the instruction."""
+    import dataclasses
+
+    from runner.backends.base import DeviceInfo
+
+    plan = plan_kernel(compose_config("kernel=matmul_12").kernel, ProblemSize(64, 64, 64))
+    hopper = DeviceInfo("H100", "NVIDIA", "CUDA", "580", "gpu", 1 << 36, 1 << 36, 49152, 1024,
+                        (1024, 1024, 64), 132, "9.0", dynamic_local_memory_bytes=232448)
+    check_device_support(plan, hopper)
+    check_launch_limits(plan, hopper)  # 197632 bytes of dynamic shared memory: allowed
+    with pytest.raises(Refused, match=r"compute capability 9\.0 exactly .* is 10\.0"):
+        check_device_support(plan, dataclasses.replace(hopper, compute_capability="10.0"))
+    with pytest.raises(Refused, match=r"asks for 197632 bytes of dynamic local/shared memory"):
+        check_launch_limits(plan, dataclasses.replace(hopper, dynamic_local_memory_bytes=None))
 
 
 def test_a_kernel_that_skips_elements_is_caught(cpu_backend, tmp_path, monkeypatch):

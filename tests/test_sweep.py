@@ -244,7 +244,7 @@ def test_the_sweep_definition_and_its_size_are_read_from_the_config():
     definition = sweep_definition(cfg)
     assert definition["kernel"].startswith("matmul_1,") and definition["seed"] == "1,2"
     assert "shape" not in definition
-    assert expected_jobs(cfg) == 11 * 2
+    assert expected_jobs(cfg) == 12 * 2  # matmul_1 .. matmul_12, two seeds
 
 
 @pytest.mark.parametrize("search, grid", [("matmul_9", "matmul_9_grid")])

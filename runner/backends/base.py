@@ -27,6 +27,9 @@ class DeviceInfo:
     compute_units: int
     compute_capability: Optional[str] = None  # CUDA only, e.g. "9.0"
     pci_bus_id: Optional[int] = None  # to find the same GPU from CUDA (cuBLAS baseline)
+    # Largest dynamic local/shared memory a launch may ask for (CUDA: the opt-in limit above
+    # the 48 KiB of static shared memory); None: local_memory_bytes.
+    dynamic_local_memory_bytes: Optional[int] = None
 
     @property
     def is_nvidia_gpu(self) -> bool:
@@ -88,8 +91,10 @@ class Backend(ABC):
 
     @abstractmethod
     def launch(self, kernel: Any, groups: Sequence[int], local: Sequence[int],
-               args: Sequence[Any]) -> Any:
-        """Enqueue one launch; ints in `args` go as 32-bit ints. Returns the launch's event."""
+               args: Sequence[Any], local_bytes: int = 0) -> Any:
+        """Enqueue one launch; ints in `args` go as 32-bit ints. `local_bytes` of dynamic
+        local memory: CUDA's `extern __shared__` array, OpenCL's trailing `__local` pointer
+        argument (none when 0). Returns the launch's event."""
 
     @abstractmethod
     def device_copy(self, dst: Any, src: Any, nbytes: int) -> Any:

@@ -103,6 +103,8 @@ class CUDABackend(Backend):
             global_memory_bytes=int(props["totalGlobalMem"]),
             max_alloc_bytes=int(props["totalGlobalMem"]),
             local_memory_bytes=int(props["sharedMemPerBlock"]),
+            dynamic_local_memory_bytes=int(props.get("sharedMemPerBlockOptin",
+                                                     props["sharedMemPerBlock"])),
             max_work_group_size=int(props["maxThreadsPerBlock"]),
             max_work_item_sizes=tuple(int(v) for v in props["maxThreadsDim"]),
             compute_units=int(props["multiProcessorCount"]),
@@ -173,16 +175,29 @@ class CUDABackend(Backend):
         buffer.fill(np.nan)
 
     def launch(self, kernel, groups: Sequence[int], local: Sequence[int],
-               args: Sequence[Any]) -> None:
+               args: Sequence[Any], local_bytes: int = 0) -> None:
         grid = tuple(groups) + (1,) * (3 - len(groups))
         block = tuple(local) + (1,) * (3 - len(local))
         kernel_args = tuple(np.int32(a) if isinstance(a, int) else a for a in args)
         try:
-            kernel(grid, block, kernel_args)
+            if local_bytes > 48 * 1024:
+                self._allow_dynamic_shared(kernel, local_bytes)
+            kernel(grid, block, kernel_args, shared_mem=local_bytes)
         except self._cupy.cuda.driver.CUDADriverError as error:
             shape = "x".join(str(v) for v in local)
             raise RunError(f"CUDA refused to launch a {shape} block: {error}") from None
         return None
+
+    def _allow_dynamic_shared(self, kernel, nbytes: int) -> None:
+        """Past 48 KiB, a kernel's dynamic shared memory must be allowed per function first."""
+        allowed = getattr(self, "_dynamic_shared_allowed", {})
+        self._dynamic_shared_allowed = allowed
+        if allowed.get(kernel.ptr, 0) < nbytes:
+            from cupy_backends.cuda.api import driver
+
+            driver.funcSetAttribute(
+                kernel.ptr, driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+            allowed[kernel.ptr] = nbytes
 
     def device_copy(self, dst, src, nbytes: int) -> None:
         dst.data.copy_from_device_async(src.data, nbytes)

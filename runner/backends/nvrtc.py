@@ -36,7 +36,12 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
     from cupy_backends.cuda.libs import nvrtc
 
     options = [f"-D{name}={int(value)}" for name, value in defines]
-    options += [f"-arch=sm_{int(compute_capability)}", "-std=c++17", "--ptxas-options=-v",
+    # From Hopper on, the architecture-specific target (sm_90a): the same code for what sm_90
+    # has, plus the instructions only that architecture has (wgmma, matmul_12). A cubin runs on
+    # the compute capability it was built for either way.
+    suffix = "a" if compute_capability >= 90 else ""
+    options += [f"-arch=sm_{int(compute_capability)}{suffix}", "-std=c++17",
+                "--ptxas-options=-v",
                 "-lineinfo"]
     if max_registers is not None:
         options.append(f"--maxrregcount={int(max_registers)}")

@@ -262,9 +262,11 @@ class OpenCLBackend(Backend):
         cl.enqueue_fill_buffer(self.queue, buffer, np.float32(np.nan), 0, buffer.size).wait()
 
     def launch(self, kernel: "cl.Kernel", groups: Sequence[int], local: Sequence[int],
-               args: Sequence[Any]) -> "cl.Event":
+               args: Sequence[Any], local_bytes: int = 0) -> "cl.Event":
         global_size = tuple(g * l for g, l in zip(groups, local))
         kernel_args = [np.int32(a) if isinstance(a, int) else a for a in args]
+        if local_bytes:
+            kernel_args.append(cl.LocalMemory(local_bytes))
         kernel.set_args(*kernel_args)
         try:
             return cl.enqueue_nd_range_kernel(self.queue, kernel, global_size, tuple(local))
