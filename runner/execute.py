@@ -45,14 +45,20 @@ def source_with_defines(source: str, options: list[str], defines: dict[str, int]
     return "\n".join(header) + "\n" + source
 
 
-def resource_metrics(resources: KernelResources, prefix: str = "kernel/") -> dict:
+def resource_metrics(resources: KernelResources, prefix: str = "kernel/",
+                     dynamic_local_bytes: int = 0) -> dict:
+    """`shared_bytes` is what one work-group holds: the static local/shared memory the compiler
+    reports plus the dynamic amount the launch asks for (a ring of stages sized by its
+    parameters), which no compiler log shows; `dynamic_shared_bytes` keeps the latter apart."""
+    static = resources.local_memory_bytes
     return {
+        f"{prefix}shared_bytes": None if static is None else static + dynamic_local_bytes,
+        f"{prefix}dynamic_shared_bytes": dynamic_local_bytes,
         f"{prefix}registers": resources.registers,
         f"{prefix}spill_bytes": resources.spill_bytes,
         f"{prefix}spill_store_bytes": resources.spill_store_bytes,
         f"{prefix}spill_load_bytes": resources.spill_load_bytes,
         f"{prefix}stack_bytes": resources.stack_bytes,
-        f"{prefix}shared_bytes": resources.local_memory_bytes,
         f"{prefix}private_bytes": resources.private_memory_bytes,
         f"{prefix}max_work_group_size": resources.max_work_group_size,
     }
@@ -173,9 +179,11 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         for name, text in inspect_once(backend, prepared, plan).items():
             recorder.text(text, f"inspect/{name}")
     resources = dict(prepared.program.resources)
-    metrics = resource_metrics(resources[plan.launches[-1].entry])
+    main = plan.launches[-1]
+    metrics = resource_metrics(resources[main.entry], dynamic_local_bytes=main.local_bytes)
     for launch in plan.launches[:-1]:
-        metrics.update(resource_metrics(resources[launch.entry], f"prepass/{launch.entry}/"))
+        metrics.update(resource_metrics(resources[launch.entry], f"prepass/{launch.entry}/",
+                                        launch.local_bytes))
     recorder.metrics(metrics)
     check_kernel_limits(plan, device, resources)
 

@@ -131,7 +131,7 @@ def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> lis
     main = inspection.main
     mix, loop, used = main.mix, main.loop, main.resources
     return [step, _n(used.registers), f"{_n(used.spill_store_bytes)}/{_n(used.spill_load_bytes)}",
-            _n(used.local_memory_bytes), _n(main.barriers),
+            _n(main.local_memory_bytes), _n(main.barriers),
             _n(mix.total) if mix else "—", _pct(mix.ffma_share) if mix else "—",
             _pct(loop.ffma_share) if loop else "—", with_wide(mix, "LDS"),
             with_wide(mix, "LDG"), with_wide(mix, "LDGSTS"), _n(mix.barriers) if mix else "—",

@@ -37,6 +37,13 @@ class EntryReport:
     barriers: Optional[int] = None  # named barriers, from ptxas' report
     mix: Optional[InstructionMix] = None  # the whole function (SASS)
     loop: Optional[InstructionMix] = None  # its main loop (SASS)
+    dynamic_local_bytes: int = 0  # asked for by the launch: no compiler reports it
+
+    @property
+    def local_memory_bytes(self) -> Optional[int]:
+        """What one work-group holds: static (compiler) plus dynamic (launch) memory."""
+        static = self.resources.local_memory_bytes
+        return None if static is None else static + self.dynamic_local_bytes
 
 
 @dataclass
@@ -222,7 +229,8 @@ RESOURCE_ROWS = [
     ("spill stores / loads (B)",
      lambda r: f"{_n(r.resources.spill_store_bytes)} / {_n(r.resources.spill_load_bytes)}"),
     ("stack (B)", lambda r: _n(r.resources.stack_bytes)),
-    ("shared/local memory (B)", lambda r: _n(r.resources.local_memory_bytes)),
+    ("shared/local memory (B)", lambda r: _n(r.local_memory_bytes)
+     + (f" ({_n(r.dynamic_local_bytes)} dynamic)" if r.dynamic_local_bytes else "")),
     ("private memory (B)", lambda r: _n(r.resources.private_memory_bytes)),
     ("barriers (ptxas)", lambda r: _n(r.barriers)),
     ("largest work-group (driver)", lambda r: _n(r.resources.max_work_group_size)),
@@ -293,5 +301,10 @@ def inspect_program(backend, source: str, file_name: str, plan, program) -> Insp
     else:
         inspection = inspect_opencl(plan.name, backend, program, file_name, plan.entries,
                                     plan.defines)
+    asked: dict[str, int] = {}
+    for launch in plan.launches:
+        asked[launch.entry] = max(asked.get(launch.entry, 0), launch.local_bytes)
+    for report in inspection.entries:
+        report.dynamic_local_bytes = asked.get(report.entry, 0)
     inspection.files["summary.md"] = summary_markdown(inspection)
     return inspection

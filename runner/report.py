@@ -233,6 +233,14 @@ def summary_table(table: dict) -> list[str]:
     return lines + [""]
 
 
+def as_read_from(command: str, uri: str) -> str:
+    """The recorded command with its store override replaced by the store the page was read
+    from: a sweep run elsewhere (a GPU machine, a scratch folder) and copied here recorded an
+    absolute path that means nothing to a reader, who reruns it against the page's store."""
+    return re.sub(r"(?<!\S)(\+{0,2})tracking\.uri=\S+",
+                  lambda found: f"{found.group(1)}tracking.uri={uri}", command)
+
+
 def render_markdown(title: str, uri: str, table: dict, failed: list[str],
                     command: Optional[str] = None, sweeps: Optional[list[str]] = None,
                     images: Optional[list[tuple[str, str]]] = None) -> str:
@@ -250,7 +258,8 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
         sample = next(iter(cells.values()))
         tags = sample.data.tags
         started = dt.datetime.fromtimestamp(sample.info.start_time / 1000, dt.timezone.utc)
-        commands = sorted({r.data.tags.get("gemmlab.command", "?") for r in cells.values()})
+        commands = sorted({as_read_from(r.data.tags.get("gemmlab.command", "?"), uri)
+                           for r in cells.values()})
         lines += [f"## {backend} on {device}", "",
                   f"- driver: {tags.get('device.driver', '?')}",
                   f"- platform: {tags.get('device.platform', '?')}",

@@ -136,3 +136,16 @@ def test_a_tensor_core_step_is_refused_for_a_target_without_tensor_cores(tmp_pat
     error = out + err
     assert "matmul_10 needs" in error and "Traceback" not in error
     assert not any(tmp_path.iterdir())  # nothing was compiled or written
+
+
+def test_dynamic_shared_memory_counts_in_what_a_work_group_holds():
+    """matmul_12's ring of stages is dynamic shared memory, asked for by its launch: ptxas
+    reports 0 static bytes, and the inspection still shows what one block holds."""
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    cfg = compose_config("backend=cuda", "kernel=matmul_12")
+    params = cfg.kernel.params
+    ring = params.STAGES * (params.BM + 2 * params.BN) * params.BK * 4 + 1024  # its YAML's rule
+    main = inspect_cli.inspect_config(cfg).main
+    assert main.resources.local_memory_bytes == 0
+    assert main.dynamic_local_bytes == ring and main.local_memory_bytes == ring
+    assert f"{ring:,} ({ring:,} dynamic)" in inspect_cli.inspect_config(cfg).files["summary.md"]

@@ -82,3 +82,15 @@ def test_python_m_runner_works_from_any_directory(tmp_path):
     assert (tmp_path / "mlflow.db").is_file()
     recorded = _only_run(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert recorded.info.status == "FINISHED"
+
+
+def test_recorded_shared_bytes_count_the_launchs_dynamic_memory():
+    """A step whose stages live in dynamic shared memory (matmul_12) records what one block
+    holds, not only the static bytes the compiler reports."""
+    from runner.backends.base import KernelResources
+    from runner.execute import resource_metrics
+
+    metrics = resource_metrics(KernelResources(local_memory_bytes=512), dynamic_local_bytes=4096)
+    assert metrics["kernel/shared_bytes"] == 4608
+    assert metrics["kernel/dynamic_shared_bytes"] == 4096
+    assert resource_metrics(KernelResources())["kernel/shared_bytes"] is None  # not reported

@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_config
 from runner.app import run
-from runner.report import build_report
+from runner.report import as_read_from, build_report
 from runner.report import main as report_main
 
 
@@ -204,3 +204,18 @@ def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
              and abs(line.get_xdata()[0] - odd_x) < 1e-6]
     assert apart and apart[0].get_markerfacecolor() == "none"
     assert "open: not square" in [line.get_label() for line in lines]
+
+
+@pytest.mark.parametrize("recorded, expected", [
+    ("python -m runner -m +experiment=sgemm_ladder backend=cuda "
+     "tracking.uri=sqlite:////root/out/sgemm.db",
+     "python -m runner -m +experiment=sgemm_ladder backend=cuda tracking.uri=sqlite:///sgemm.db"),
+    ("python -m runner ++tracking.uri=sqlite:////tmp/x.db kernel=matmul_2",
+     "python -m runner ++tracking.uri=sqlite:///sgemm.db kernel=matmul_2"),
+    ("python -m runner kernel=matmul_2", "python -m runner kernel=matmul_2"),
+    ("python -m runner tracking.experiment=a", "python -m runner tracking.experiment=a"),
+])
+def test_page_commands_name_the_store_the_page_read(recorded, expected):
+    """A store recorded on another machine and copied here is named as the reader's command
+    would name it, never by the path on the machine that ran it."""
+    assert as_read_from(recorded, "sqlite:///sgemm.db") == expected
