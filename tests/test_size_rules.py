@@ -22,6 +22,17 @@ def test_matmul_9_takes_small_tiles_where_large_ones_leave_sms_idle():
     assert large.kernel.params.BM == 128
 
 
+@pytest.mark.parametrize("shape, block_n", [("square_1024", 64), ("m=512", 64),
+                                             ("1000x1030x999", 128), ("square_2048", 128)])
+def test_matmul_12_halves_its_tile_only_where_that_still_takes_one_wave(shape, block_n):
+    """64 blocks of 128x128 at 1024 become 128 of 128x64 (one wave on 132 SMs); at
+    1000x1030x999 halving would make 136 blocks, two waves, slower than 72 blocks."""
+    sizes = [shape, "n=512", "k=512"] if shape.startswith("m=") else [f"shape={shape}"]
+    cfg = compose_config("kernel=matmul_12", "backend=cuda", *sizes)
+    rule = apply_size_rules(cfg, set())
+    assert cfg.kernel.params.BN == block_n and (rule is not None) == (block_n == 64)
+
+
 def test_a_rule_can_name_the_backend():
     opencl = compose_config("kernel=matmul_11", "backend=opencl", "shape=square_4096")
     assert "backend == 'opencl'" in apply_size_rules(opencl, set())
