@@ -355,8 +355,8 @@ def _x_of(run) -> tuple[float, bool]:
 
 def series_style(index: int) -> tuple[str, str, str]:
     """Colour, marker and line style of the index-th step of a panel: matplotlib's ten colours,
-    then the same colours with triangles on dash-dot lines (the SGEMM ladder has 11 steps, and
-    matmul_1 and matmul_11 must not look alike), then squares on dotted ones."""
+    then the same colours with triangles on dash-dot lines (the SGEMM ladder has 12 steps, and
+    matmul_1, matmul_11 and matmul_2, matmul_12 must not look alike), then squares on dotted ones."""
     return (f"C{index % 10}", ("o", "^", "D")[index // 10 % 3], ("-", "-.", ":")[index // 10 % 3])
 
 

@@ -176,7 +176,7 @@ def test_build_report_with_only_failed_runs_or_one_run(store, tmp_path):
 
 
 def test_rate_plot_steps_look_different_beyond_ten():
-    """matplotlib has ten colours; the SGEMM ladder has 11 steps."""
+    """matplotlib has ten colours; the SGEMM ladder has 12 steps."""
     from runner.report import series_style
 
     styles = [series_style(i) for i in range(25)]
