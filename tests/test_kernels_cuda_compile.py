@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import KERNEL_NAMES, compose_config, variant_params
+from conftest import KERNEL_NAMES, compose_config, kernel_yaml, variant_params
 from runner.backends.cuda import CUDABackend
 from runner.execute import prepare
 from runner.operations import make_problem
@@ -49,6 +49,24 @@ def test_defaults_compile_for_sm_90_without_spills(compile_only_cuda, name):
         assert used.spill_bytes <= allowed, f"{entry} spills at its defaults:\n{prepared.program.log}"
         assert used.stack_bytes <= allowed, f"{entry} has a stack frame:\n{prepared.program.log}"
         assert used.local_memory_bytes is not None
+
+
+# Every size rule a CUDA run can take (those written for OpenCL alone left out).
+SIZE_RULES = [(name, index) for name in KERNEL_NAMES
+              for index, rule in enumerate(kernel_yaml(name).get("size_rules") or [])
+              if "backend == 'opencl'" not in rule["when"]]
+
+
+@pytest.mark.parametrize("name, index", SIZE_RULES)
+def test_size_rule_shapes_compile_without_more_spills_than_the_defaults(compile_only_cuda, name,
+                                                                        index):
+    """A rule's tile shape is what a run at those sizes compiles: held to the defaults' limit."""
+    params = {**compose_config(f"kernel={name}").kernel.params,
+              **kernel_yaml(name)["size_rules"][index]["params"]}
+    plan, prepared = _compile(compile_only_cuda, name, params)
+    for entry in plan.entries:
+        used = prepared.program.resources[entry]
+        assert used.spill_bytes <= ACCEPTED_SPILLS.get(name, (0, ""))[0], prepared.program.log
 
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
