@@ -37,6 +37,12 @@ def kernel_yaml(name: str) -> dict:
 NVIDIA_ONLY_KERNELS = [n for n in KERNEL_NAMES if kernel_yaml(n).get("requires_compute_capability")]
 PORTABLE_KERNELS = [n for n in KERNEL_NAMES if n not in NVIDIA_ONLY_KERNELS]
 PORTABLE_SGEMM_KERNELS = [n for n in SGEMM_KERNELS if n not in NVIDIA_ONLY_KERNELS]
+# Every size rule a CUDA run can take (kernel, index in its size_rules; OpenCL-only rules left
+# out) and the parameter overrides it sets: the tile shapes runs compile besides the defaults.
+CUDA_SIZE_RULES = {(name, index): [f"kernel.params.{k}={v}" for k, v in rule["params"].items()]
+                   for name in KERNEL_NAMES
+                   for index, rule in enumerate(kernel_yaml(name).get("size_rules") or [])
+                   if "backend == 'opencl'" not in rule["when"]}
 
 
 def _holds(rule: str, names: dict) -> bool:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conftest import KERNEL_NAMES, compose_config, kernel_yaml, variant_params
+from conftest import CUDA_SIZE_RULES, KERNEL_NAMES, compose_config, kernel_yaml, variant_params
 from runner.backends.cuda import CUDABackend
 from runner.execute import prepare
 from runner.operations import make_problem
@@ -51,13 +51,7 @@ def test_defaults_compile_for_sm_90_without_spills(compile_only_cuda, name):
         assert used.local_memory_bytes is not None
 
 
-# Every size rule a CUDA run can take (those written for OpenCL alone left out).
-SIZE_RULES = [(name, index) for name in KERNEL_NAMES
-              for index, rule in enumerate(kernel_yaml(name).get("size_rules") or [])
-              if "backend == 'opencl'" not in rule["when"]]
-
-
-@pytest.mark.parametrize("name, index", SIZE_RULES)
+@pytest.mark.parametrize("name, index", CUDA_SIZE_RULES)
 def test_size_rule_shapes_compile_without_more_spills_than_the_defaults(compile_only_cuda, name,
                                                                         index):
     """A rule's tile shape is what a run at those sizes compiles: held to the defaults' limit."""

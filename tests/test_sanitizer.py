@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import KERNEL_NAMES, requires_cuda_gpu
+from conftest import CUDA_SIZE_RULES, KERNEL_NAMES, requires_cuda_gpu
 
 TESTS = Path(__file__).parent
 pytestmark = [pytest.mark.gpu, requires_cuda_gpu,
@@ -21,14 +21,16 @@ pytestmark = [pytest.mark.gpu, requires_cuda_gpu,
 TOOLS = ["memcheck", "racecheck", "synccheck"]
 
 
-def _sanitize(tool: str, name: str, *extra: str) -> subprocess.CompletedProcess:
+def _sanitize(tool: str, name: str, *extra: str, overrides: tuple[str, ...] = ()
+              ) -> subprocess.CompletedProcess:
     size = "70x67x50" if name.startswith("matmul_") else "70x67x1"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [str(TESTS), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(
         ["compute-sanitizer", "--tool", tool, "--error-exitcode", "9",
          *(["--racecheck-report", "all"] if tool == "racecheck" else []),
-         sys.executable, str(TESTS / "race_check.py"), "--backend", "cuda", name, size, *extra],
+         sys.executable, str(TESTS / "race_check.py"), "--backend", "cuda", name, size, *overrides,
+         *extra],
         env=env, capture_output=True, text=True, timeout=600)
 
 
@@ -40,6 +42,19 @@ def test_compute_sanitizer_finds_nothing(name, tool):
     assert done.returncode == 0, report[-4000:]
     assert "passed=True" in done.stdout
     # memcheck and synccheck end with "ERROR SUMMARY", racecheck with its own summary line.
+    clean = ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+             if tool == "racecheck" else "ERROR SUMMARY: 0 errors")
+    assert clean in report, report[-4000:]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("name, index", CUDA_SIZE_RULES)
+def test_compute_sanitizer_finds_nothing_in_size_rule_shapes(name, index, tool):
+    """The tile shapes size rules choose (matmul_9's 128x32 and 64x64, matmul_12's 128x64, ...)
+    are what runs at those sizes compile: the same checks as the defaults."""
+    done = _sanitize(tool, name, overrides=tuple(CUDA_SIZE_RULES[name, index]))
+    report = done.stdout + done.stderr
+    assert done.returncode == 0 and "passed=True" in done.stdout, report[-4000:]
     clean = ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
              if tool == "racecheck" else "ERROR SUMMARY: 0 errors")
     assert clean in report, report[-4000:]
