@@ -117,6 +117,27 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     assert metrics["check/rel_error"] < 1e-6
 
 
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
+                                  ["m=1", "n=1", "k=1"], ["size=4096"]],
+                         ids=["k-odd", "n-odd", "one", "4096"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matmul_9_cp_async_ring_of_any_depth_is_correct(store, backend, size, stages):
+    """matmul_9's cp.async ring (CUDA, and OpenCL on NVIDIA sm_80+ through inline PTX) at every
+    depth: fewer tiles than stages, a ragged last tile (K % BK != 0), N % 4 != 0 (4-byte copies);
+    the local memory it holds shows the ring is STAGES deep (OpenCL's register path holds 2)."""
+    cfg = compose_config("kernel=matmul_9", *backend, *size, f"kernel.params.STAGES={stages}",
+                         "kernel.params.BK=8",  # 4 stages of 128x128x16 would not fit 48 KiB
+                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    assert recorded.data.metrics["check/passed"] == 1.0
+    tile = {k: int(recorded.data.params[f"kernel.params.{k}"]) for k in ("BM", "BN", "BK")}
+    ring_bytes = stages * tile["BK"] * (tile["BM"] + tile["BN"]) * 4
+    held = recorded.data.metrics["kernel/shared_bytes"]
+    assert ring_bytes <= held <= ring_bytes + 16, "STAGES tiles (NVIDIA's OpenCL adds 16 bytes)"
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
     cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",

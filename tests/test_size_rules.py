@@ -17,9 +17,21 @@ def test_matmul_9_takes_small_tiles_where_large_ones_leave_sms_idle():
     small = compose_config("kernel=matmul_9", "shape=1000x1030x999")  # OpenCL, the default
     assert "BM=64" in apply_size_rules(small, set())
     assert (small.kernel.params.BM, small.kernel.params.WM, small.kernel.params.TM) == (64, 32, 4)
-    large = compose_config("kernel=matmul_9", "shape=square_4096")
+    large = compose_config("kernel=matmul_9", "backend=cuda", "shape=square_4096")
     assert apply_size_rules(large, set()) is None
-    assert large.kernel.params.BM == 128
+    assert (large.kernel.params.BM, large.kernel.params.BK, large.kernel.params.STAGES) == (128, 16, 3)
+
+
+def test_matmul_9_in_opencl_takes_a_shallower_tile_where_128x128x16_would_not_fit():
+    """NVIDIA's OpenCL adds 16 bytes to the 48 KiB of 3 stages of 128x128x16 tiles."""
+    large = compose_config("kernel=matmul_9", "backend=opencl", "shape=square_4096")
+    assert "BK=8" in apply_size_rules(large, set())
+    assert (large.kernel.params.BM, large.kernel.params.BN, large.kernel.params.BK,
+            large.kernel.params.STAGES) == (128, 128, 8, 3)
+    pinned = compose_config("kernel=matmul_9", "backend=opencl", "shape=square_4096",
+                            "kernel.params.STAGES=2")
+    assert apply_size_rules(pinned, {"STAGES"}) is None
+    assert (pinned.kernel.params.BK, pinned.kernel.params.STAGES) == (16, 2)
 
 
 @pytest.mark.parametrize("backend, sizes, tile", [

@@ -17,12 +17,12 @@
 //    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
 //    (LDT % 4 == 0), copied as float4s straight into k-major shared memory: no transposing
 //    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096).
-//  - CUDA only: global -> shared copies are cp.async (LDGSTS, 16 bytes, .cg: L2 only) in a
-//    STAGES-deep ring of shared tiles (cp.async.commit_group per tile, wait_group STAGES-2):
-//    the data never passes through registers, so prefetching costs no registers and tile t+2
-//    is in flight while tile t is computed (STAGES = 3). OpenCL has no cp.async: matmul_9.cl
-//    keeps matmul_8's register-staged double buffer (STAGES is ignored there) with the same
-//    tiles, shared layout, loader mapping and fragment scheme.
+//  - Global -> shared copies are cp.async (LDGSTS, 16 bytes, .cg: L2 only) in a STAGES-deep
+//    ring of shared tiles (cp.async.commit_group per tile, wait_group STAGES-2): the data
+//    never passes through registers, so prefetching costs no registers and tile t+2 is in
+//    flight while tile t is computed (STAGES = 3). matmul_9.cl issues the same copies through
+//    inline PTX on NVIDIA sm_80+ and keeps matmul_8's register-staged double buffer elsewhere,
+//    with the same tiles, shared layout, loader mapping and fragment scheme.
 //  - C is written as float4 rows of each 4x4 block.
 //  - A lean loader (the k loop is ~2048 FFMAs per tile at the defaults, so every other
 //    instruction costs issue slots): a thread's chunks of a tile sit in one column, A_ROWS
@@ -91,7 +91,7 @@
 #define TN 8    // columns of C per thread: TN/4 blocks of 4 columns
 #endif
 #ifndef STAGES
-#define STAGES 3  // shared-memory tiles in the cp.async ring (CUDA; OpenCL always uses 2)
+#define STAGES 3  // shared-memory tiles in the cp.async ring
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse

@@ -18,11 +18,16 @@
 //    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
 //    (LDT % 4 == 0), copied as float4s straight into k-major local memory: no transposing
 //    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096).
-//  - OpenCL has no cp.async (matmul_9.cu copies global -> shared with it, in a STAGES-deep
-//    ring): here the next tile is staged in registers (float4 global loads issued at the start
-//    of a tile, stored to the other local stage just before the barrier), matmul_8's double
-//    buffer; STAGES is accepted but ignored (always 2 stages). Tiles, local layout, loader
-//    mapping, fragment scheme and barrier placement are those of the CUDA source.
+//  - Global -> local copies. On NVIDIA GPUs of compute capability 8.0 and newer (the backend
+//    defines GEMMLAB_NV_SM there, e.g. 90) they are cp.async through inline PTX, as in
+//    matmul_9.cu: 16 bytes straight into local memory (LDGSTS), a STAGES-deep ring, one commit
+//    group per tile, so tile t+STAGES-1 is in flight while tile t is computed and prefetching
+//    costs no registers. (NVIDIA's OpenCL compiler takes the PTX, and a __local pointer's
+//    integer value is its shared-window address, which is what cp.async names.) Elsewhere
+//    (PoCL, other GPUs) the next tile is staged in registers: float4 loads issued at the start
+//    of a tile and stored to the next stage just before the barrier, matmul_8's double buffer
+//    (STAGES is then ignored: always 2). Both paths share the tiles, local layout, loader
+//    mapping, fragment scheme, barrier placement and the loop below.
 //  - C is written as float4 rows of each 4x4 block.
 //  - A lean loader, as in the CUDA source: a work-item's chunks of a tile sit in one column,
 //    A_ROWS (B_ROWS) rows apart, and go to local float (tid + i*THREADS)*4, so the loads use
@@ -34,15 +39,19 @@
 //    work-groups walk down columns of GROUP tile rows, sharing A^T and B panels in L2
 //    (GROUP = 1 keeps the row-by-row order).
 //
-// Loop (one barrier per tile). Prologue: tile 0 -> stage 0, barrier, k = 0 fragments.
-// Iteration t (stage cur = t % 2):
-//  1. issue the global loads of tile t+1 into registers;
+// Loop (one barrier per tile), NSTAGE = STAGES (cp.async) or 2 (registers). Prologue: tile 0
+// (cp.async: tiles 0 .. STAGES-2, one commit group each) into its stage, barrier, k = 0
+// fragments. Iteration t (stage cur = t % NSTAGE, next = (t+1) % NSTAGE):
+//  1. cp.async: issue tile t+STAGES-1 into stage (t-1) % STAGES and commit (an empty group past
+//     the end, so group g is always tile g); registers: load tile t+1 into registers;
 //  2. steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k;
-//  3. step BK-1: store tile t+1 into stage cur^1, barrier B(t), read the k = 0 fragments of
-//     tile t+1 into set 0 (BK is even, so step BK-1 uses set 1), then FMA step BK-1.
-//  Race-free: stage cur^1 was last read for tile t-1 before B(t-1) (its last fragment at step
-//  BK-2 of iteration t-1), and every work-item has passed B(t-1) before anyone stores in
-//  iteration t; tile t+1 is read only after B(t), which follows all its stores.
+//  3. step BK-1: cp.async: wait_group(STAGES-2) (this work-item's copies of tile t+1 have
+//     landed); registers: store tile t+1 into stage next. Then barrier B(t), read the k = 0
+//     fragments of tile t+1 into set 0 (BK is even, so step BK-1 uses set 1), FMA step BK-1.
+//  Race-free: the stage written in iteration t (cp.async: (t-1) % STAGES; registers:
+//  (t+1) % 2 = (t-1) % 2) is the one tile t-1 was read from, last before B(t-1), which every
+//  work-item has passed before anyone reaches iteration t; tile t+1 is read only after B(t),
+//  which every work-item reaches after its wait_group or its stores.
 //
 // Edges (any M, N, K >= 1): the pre-pass guards its reads and writes (pad columns M .. LDT-1
 // get zeros); the grid is rounded up to whole tiles (GROUP's renumbering is a permutation of
@@ -75,7 +84,7 @@
 #define TN 8    // columns of C per work-item: TN/4 blocks of 4 columns
 #endif
 #ifndef STAGES
-#define STAGES 3  // local-memory tiles in the CUDA cp.async ring; ignored here (always 2)
+#define STAGES 3  // local-memory tiles in the cp.async ring (NVIDIA; elsewhere always 2)
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
@@ -95,6 +104,13 @@
 #define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per work-item
 #define A_ROWS (THREADS / (BM / 4))             // A^T tile rows between a work-item's chunks
 #define B_ROWS (THREADS / (BN / 4))             // B tile rows between a work-item's chunks
+#if defined(GEMMLAB_NV_SM) && GEMMLAB_NV_SM >= 80
+#define CP_ASYNC 1                              // cp.async (sm_80+) through inline PTX
+#define NSTAGE STAGES                           // local-memory stages in the ring
+#else
+#define CP_ASYNC 0                              // the next tile staged in registers
+#define NSTAGE 2
+#endif
 
 // Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero.
 // A 32x32 tile of A goes through local memory so that the reads (along K) and the writes
@@ -139,6 +155,60 @@ inline void store4_guarded(__global float* X, const int row, const int col, cons
     }
 }
 
+#if CP_ASYNC
+// 16 bytes global -> local, bypassing L1; src_bytes = 0 reads nothing and writes 16 zeros.
+inline void cp_async_16(const uint dst, const __global float* src, const int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+// 4 bytes global -> local (.ca: 4-byte copies cannot bypass L1); src_bytes = 0 writes a zero.
+inline void cp_async_4(const uint dst, const __global float* src, const int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
+                 :: "r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+
+inline void cp_async_commit(void) { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most STAGES-2 of this work-item's commit groups are still in flight.
+inline void cp_async_wait_stages(void) {
+    asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
+}
+
+// Issues the copies of the tile at depth k0 into stage s (as matmul_9.cu's issue_tile), then
+// advances the pointers. A tile wholly inside K takes the branch without row guards; a chunk
+// outside AT or B gets src-size 0 and a pointer that is inside.
+#define ISSUE_TILE(s, k0)                                                                         \
+    do {                                                                                          \
+        const uint a_dst_ = a_dst0 + (s) * (BK * BM * 4);                                         \
+        const uint b_dst_ = b_dst0 + (s) * (BK * BN * 4);                                         \
+        const int full_ = (k0) + BK <= K;  /* uniform */                                          \
+        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                    \
+            if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK) {                                 \
+                const int in_ = full_ || (k0) + a_r0 + i_ * A_ROWS < K;                           \
+                cp_async_16(a_dst_ + i_ * THREADS * 16, in_ ? a_src + i_ * a_rows : AT,           \
+                            in_ ? a_bytes : 0);                                                   \
+            }                                                                                     \
+        _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++)                                    \
+            if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
+                const int in_ = full_ || (k0) + b_r0 + i_ * B_ROWS < K;                           \
+                if (b_vec) {                                                                      \
+                    cp_async_16(b_dst_ + i_ * THREADS * 16, in_ ? b_src + i_ * b_rows : B,        \
+                                in_ ? b_bytes : 0);                                               \
+                } else {  /* rows not 16-byte aligned: four guarded 4-byte copies */              \
+                    _Pragma("unroll") for (int e_ = 0; e_ < 4; e_++) {                            \
+                        const int ok_ = in_ && b_c + e_ < N;                                      \
+                        cp_async_4(b_dst_ + i_ * THREADS * 16 + 4 * e_,                           \
+                                   ok_ ? b_src + i_ * b_rows + e_ : B, ok_ ? 4 : 0);              \
+                    }                                                                             \
+                }                                                                                 \
+            }                                                                                     \
+        a_src += a_step;                                                                          \
+        b_src += b_step;                                                                          \
+    } while (0)
+#endif
+
+#if !CP_ASYNC
 // Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside), then
 // the pointers advance by BK rows. Chunk i of this work-item is i*A_ROWS (B_ROWS) rows below
 // its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch.
@@ -183,6 +253,8 @@ inline void store4_guarded(__global float* X, const int row, const int col, cons
                 *((__local float4*)&Bs[s][b_r0 + i_ * B_ROWS][b_cl]) = b_st[i_];         \
     } while (0)
 
+#endif
+
 // Reads the fragments of step k from local stage s into a_f[TM], b_f[TN]: float4 loads.
 #define READ_FRAGMENTS(a_f, b_f, s, k)                                                            \
     do {                                                                                          \
@@ -199,8 +271,8 @@ inline void store4_guarded(__global float* X, const int row, const int col, cons
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void matmul_9(const int M, const int N, const int K,
               const __global float* AT, const __global float* B, __global float* C) {
-    __local float As[2][BK][BM] __attribute__((aligned(16)));  // A^T tiles: [k][m]
-    __local float Bs[2][BK][BN] __attribute__((aligned(16)));  // B tiles: [k][n]
+    __local float As[NSTAGE][BK][BM] __attribute__((aligned(16)));  // A^T tiles: [k][m]
+    __local float Bs[NSTAGE][BK][BN] __attribute__((aligned(16)));  // B tiles: [k][n]
 
     const int tid = get_local_id(0);
     const int warp = tid / WARP;
@@ -250,8 +322,18 @@ void matmul_9(const int M, const int N, const int K,
     const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
     const size_t b_rows = (size_t)B_ROWS * N;
 
+#if CP_ASYNC
+    // Shared-window addresses of this work-item's first chunk in stage 0 (float tid*4 of a
+    // stage); a __local pointer's integer value is that address. Column guards are fixed per
+    // work-item: a chunk outside gets src-size 0 (16 zero bytes).
+    const uint a_dst0 = (uint)(size_t)&As[0][0][0] + tid * 16;
+    const uint b_dst0 = (uint)(size_t)&Bs[0][0][0] + tid * 16;
+    const int a_bytes = a_in ? 16 : 0;
+    const int b_bytes = b_c < N ? 16 : 0;
+#else
     float4 a_st[A_LOADS];  // the next tile, in flight from global memory
     float4 b_st[B_LOADS];
+#endif
     float acc[TM][TN];
 #pragma unroll
     for (int i = 0; i < TM; i++)
@@ -260,17 +342,38 @@ void matmul_9(const int M, const int N, const int K,
     float a_frag[2][TM];  // two sets: step k+1 is read while step k is computed
     float b_frag[2][TN];
 
+#if CP_ASYNC
+    // Prologue: tiles 0 .. STAGES-2 in flight (one commit group each, empty past the end),
+    // wait for tile 0, barrier, its k=0 fragments into set 0.
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; s++) {
+        if (s < num_tiles) ISSUE_TILE(s, s * BK);
+        cp_async_commit();
+    }
+    cp_async_wait_stages();
+#else
     // Prologue: tile 0 into stage 0, then its k=0 fragments into set 0.
     LOAD_TILE(0);
     STORE_TILE(0);
+#endif
     barrier(CLK_LOCAL_MEM_FENCE);
     READ_FRAGMENTS(a_frag[0], b_frag[0], 0, 0);
 
+    int cur = 0;  // stage of tile t
+    int next = NSTAGE > 1 ? 1 : 0;  // stage of tile t+1
+#if CP_ASYNC
+    int fill = STAGES - 1;  // stage tile t+STAGES-1 goes to: (t-1) % STAGES
+#endif
     for (int t = 0; t < num_tiles; t++) {
-        const int cur = t & 1;
         const int has_next = t + 1 < num_tiles;  // uniform across the work-group
-        // 1. Tile t+1 into registers; the loads complete while steps 0 .. BK-2 compute.
-        if (has_next) LOAD_TILE((t + 1) * BK);  // advances a_src, b_src
+        // 1. Tile t+STAGES-1 (cp.async) or t+1 (registers) in flight while steps 0 .. BK-2
+        //    compute; the issue advances a_src, b_src.
+#if CP_ASYNC
+        if (t + STAGES - 1 < num_tiles) ISSUE_TILE(fill, (t + STAGES - 1) * BK);
+        cp_async_commit();  // empty past the end: group g stays tile g
+#else
+        if (has_next) LOAD_TILE((t + 1) * BK);
+#endif
 
         // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
 #pragma unroll
@@ -282,17 +385,26 @@ void matmul_9(const int M, const int N, const int K,
                 for (int j = 0; j < TN; j++)
                     acc[i][j] = fma(a_frag[k % 2][i], b_frag[k % 2][j], acc[i][j]);
         }
-        // 3. Step BK-1: tile t+1 goes to the other stage, barrier, its k=0 fragments into set 0.
+        // 3. Step BK-1: tile t+1 lands in stage next, barrier, its k=0 fragments into set 0.
         if (has_next) {
-            STORE_TILE(cur ^ 1);
+#if CP_ASYNC
+            cp_async_wait_stages();  // this work-item's copies of tile t+1 have landed
+#else
+            STORE_TILE(next);
+#endif
             barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
-            READ_FRAGMENTS(a_frag[0], b_frag[0], cur ^ 1, 0);
+            READ_FRAGMENTS(a_frag[0], b_frag[0], next, 0);
         }
 #pragma unroll
         for (int i = 0; i < TM; i++)
 #pragma unroll
             for (int j = 0; j < TN; j++)
                 acc[i][j] = fma(a_frag[(BK - 1) % 2][i], b_frag[(BK - 1) % 2][j], acc[i][j]);
+#if CP_ASYNC
+        fill = cur;
+#endif
+        cur = next;
+        next = next + 1 == NSTAGE ? 0 : next + 1;
     }
 
     // Epilogue: each row of each 4x4 block as one float4 store.

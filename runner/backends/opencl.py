@@ -197,6 +197,9 @@ class OpenCLBackend(Backend):
         options = [f"-D{name}={int(value)}" for name, value in defines.items()]
         if self._info.is_nvidia_gpu:
             options.append("-cl-nv-verbose")  # ptxas' register and spill report in the build log
+            if self._info.compute_capability:  # e.g. 90: kernels guard sm_80+ inline PTX on it
+                major, minor = self._info.compute_capability.split(".")
+                options.append(f"-DGEMMLAB_NV_SM={int(major) * 10 + int(minor)}")
             if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag.
                 # Driver 580 accepts it but does not apply it (H100: matmul_8 kept 173
                 # registers under caps 96..255); the separate-word form is refused outright.
