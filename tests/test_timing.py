@@ -1,10 +1,19 @@
-"""Timing: warm-up samples are dropped, and an L2 flush runs before every sample, untimed."""
+"""Timing: warm-up samples are dropped, an L2 flush runs before every sample, untimed, and
+so does the host's time between a step's launches."""
+
+import threading
+import time
 
 import mlflow
+import pyopencl as cl
+import pytest
 
 from conftest import compose_config
 from runner.app import run
 from runner.backends.opencl import OpenCLBackend
+from runner.execute import prepare
+from runner.operations import make_problem
+from runner.spec import ProblemSize, plan_kernel
 from runner.timing import TimeStats, measure
 
 
@@ -36,3 +45,41 @@ def test_flush_l2_flushes_before_every_kernel_and_baseline_sample(tmp_path, monk
     mlflow.set_tracking_uri(store)
     (recorded,) = mlflow.search_runs(experiment_names=["gemmlab"], output_format="list")
     assert recorded.data.params["timing.flush_l2"] == "True"
+
+
+def test_host_time_between_launches_is_not_timed(cpu_backend):
+    """A step's launches are held until all are queued: a host that takes 200 ms between them
+    (NVIDIA's OpenCL takes tens of µs per launch) adds nothing to the device-event time."""
+    prepared = _prepared_on_cpu(cpu_backend, "matmul_9", ProblemSize(40, 24, 16))
+    seen = {}
+
+    def enqueue_with_a_slow_host():
+        first = prepared.enqueue()  # matmul_9 is two launches: the A^T pre-pass, the kernel
+        time.sleep(0.2)
+        seen["first"] = first[0].command_execution_status
+        return first + prepared.enqueue()
+
+    milliseconds = cpu_backend.time_ms(enqueue_with_a_slow_host)
+    assert seen["first"] == cl.command_execution_status.QUEUED, "held until all are queued"
+    assert milliseconds < 100
+
+
+def test_a_failed_enqueue_leaves_the_queue_running(cpu_backend):
+    prepared = _prepared_on_cpu(cpu_backend, "transpose_1", ProblemSize(40, 24, 1))
+
+    def enqueue_then_fail():
+        prepared.enqueue()
+        raise RuntimeError("launch refused")
+
+    with pytest.raises(RuntimeError, match="launch refused"):
+        cpu_backend.time_ms(enqueue_then_fail)
+    finished = threading.Thread(target=cpu_backend.synchronize, daemon=True)
+    finished.start()
+    finished.join(timeout=30)
+    assert not finished.is_alive(), "the queue is still held behind the timing gate"
+
+
+def _prepared_on_cpu(backend, kernel: str, size: ProblemSize):
+    cfg = compose_config("backend.device_type=cpu", f"kernel={kernel}")
+    plan = plan_kernel(cfg.kernel, size)
+    return prepare(backend, cfg.kernel.sources, plan, make_problem(plan.operation, plan.size, 0))
