@@ -14,7 +14,7 @@ RULES = [(name, index) for name in KERNEL_NAMES
 
 
 def test_matmul_9_takes_small_tiles_where_large_ones_leave_sms_idle():
-    small = compose_config("kernel=matmul_9", "shape=1000x1030x999")  # OpenCL, the default
+    small = compose_config("kernel=matmul_9", "size=512")  # OpenCL, the default; 16 128x128 tiles
     assert "BM=64" in apply_size_rules(small, set())
     assert (small.kernel.params.BM, small.kernel.params.WM, small.kernel.params.TM) == (64, 32, 4)
     large = compose_config("kernel=matmul_9", "backend=cuda", "shape=square_4096")
@@ -39,10 +39,10 @@ def test_matmul_9_in_opencl_takes_a_shallower_tile_where_128x128x16_would_not_fi
     ("cuda", ["size=1024"], (128, 32)), ("cuda", ["size=768"], (128, 32)),
     ("cuda", ["size=512"], (64, 64)),  # 64 blocks either way: 64x64 has more warps
     ("cuda", ["shape=square_2048"], (128, 128)),
-    ("opencl", ["shape=1000x1030x999"], (64, 64)),  # measured slower with 128x32 there
+    ("opencl", ["shape=1000x1030x999"], (128, 32)), ("opencl", ["size=512"], (64, 64)),
+    ("opencl", ["shape=square_2048"], (128, 128)),
 ])
-def test_matmul_9_in_cuda_takes_128x32_tiles_where_they_fill_the_sms_in_one_wave(backend, sizes,
-                                                                                   tile):
+def test_matmul_9_takes_128x32_tiles_where_they_fill_the_sms_in_one_wave(backend, sizes, tile):
     cfg = compose_config("kernel=matmul_9", f"backend={backend}", *sizes)
     apply_size_rules(cfg, set())
     assert (cfg.kernel.params.BM, cfg.kernel.params.BN) == tile
