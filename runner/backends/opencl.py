@@ -13,6 +13,16 @@ from runner.errors import RunError
 
 log = logging.getLogger(__name__)
 
+# Spins on the GPU's nanosecond timer while the host enqueues a step's launches (time_ms).
+_HOLD_SOURCE = r"""
+__kernel void gemmlab_hold_queue(const ulong ns) {
+    ulong start, now;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+    do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
+}
+"""
+HOLD_NS = 400_000  # longer than NVIDIA's OpenCL takes to enqueue a few launches from Python
+
 _DEVICE_TYPES = {
     "gpu": cl.device_type.GPU,
     "cpu": cl.device_type.CPU,
@@ -287,20 +297,36 @@ class OpenCLBackend(Backend):
         return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
 
     def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
-        # A step of several launches (a pre-pass, then the kernel) would otherwise time the host
-        # too: NVIDIA's OpenCL takes 30-60 µs to enqueue a launch, and the GPU idles that long
-        # between the two (H100: matmul_9 at 1000x1030x999, an 8 µs pre-pass, a 57 µs gap, a
-        # 99 µs kernel). The launches wait behind a user event, completed once all are queued,
-        # so they run back to back as a queue kept full does (CUDA's hold kernel, same purpose).
-        gate = cl.UserEvent(self.context)
-        cl.enqueue_barrier(self.queue, wait_for=[gate])
-        try:
+        # Profiling events stamp each command, so a lone kernel is timed by itself; but a step of
+        # several launches (a pre-pass, then the kernel) would time the host too: NVIDIA's OpenCL
+        # takes 30-60 µs to enqueue a launch, and the GPU idles that long between the two (H100:
+        # matmul_9 at 1000x1030x999, an 8 µs pre-pass, a 57 µs gap, a 99 µs kernel). So the
+        # launches are all queued before the first may start, and run back to back as they do
+        # in a queue kept full: on an NVIDIA GPU behind a spin kernel, as CUDA's hold kernel does
+        # (4 µs gaps there); elsewhere behind a user event completed once all are queued
+        # (NVIDIA's driver would then submit them one by one: 8-13 µs gaps).
+        if self._info.is_nvidia_gpu:
+            self._hold_queue()
             events = list(enqueue())
-        finally:  # a failed enqueue must not leave the queue blocked
-            gate.set_status(cl.command_execution_status.COMPLETE)
+        else:
+            gate = cl.UserEvent(self.context)
+            cl.enqueue_barrier(self.queue, wait_for=[gate])
+            try:
+                events = list(enqueue())
+            finally:  # a failed enqueue must not leave the queue blocked
+                gate.set_status(cl.command_execution_status.COMPLETE)
         events[-1].wait()
         # In-order queue: from the start of the first command to the end of the last.
         return (events[-1].profile.end - events[0].profile.start) * 1e-6
+
+    def _hold_queue(self) -> None:
+        """Enqueue a kernel that spins for HOLD_NS on the GPU's timer (NVIDIA inline PTX)."""
+        if getattr(self, "_hold_kernel", None) is None:
+            program = cl.Program(self.context, _HOLD_SOURCE).build(devices=[self.device])
+            self._hold_kernel = cl.Kernel(program, "gemmlab_hold_queue")
+        self._hold_kernel.set_args(np.uint64(HOLD_NS))
+        cl.enqueue_nd_range_kernel(self.queue, self._hold_kernel, (1,), (1,))
+        self.queue.flush()  # on the GPU now, while the step's launches are enqueued
 
     def synchronize(self) -> None:
         self.queue.finish()
