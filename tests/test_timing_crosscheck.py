@@ -1,6 +1,6 @@
 """The runner's timing against an independent timer (marked `gpu`): the median of the runner's
 per-launch device events, and a bare loop timed from outside (CUDA: one event pair around many
-back-to-back launches; OpenCL: the host clock around many launches and a queue finish), for
+back-to-back launches; OpenCL: the span of their profiling events), for
 SGEMM (milliseconds) and a transpose (a tenth of one). They must agree within 2%. And the host's
 time between a step's launches is not timed."""
 
@@ -58,36 +58,35 @@ def test_cuda_events_agree_with_a_bare_event_loop(kernel, size):
 
 @requires_nvidia_opencl
 @pytest.mark.parametrize("kernel, size", CASES)
-def test_opencl_profiling_events_agree_with_the_host_clock(kernel, size):
+def test_opencl_profiling_events_agree_with_a_bare_loop(kernel, size):
+    """The bare loop's time is its device span, from the first launch's start to the last one's
+    end, as CUDA's event pair; the host clock around it is printed, not held to 2%: it adds the
+    first launch's latency and the final wait (transpose_5 at 8192 on an H100: 0.193 ms against
+    0.186, which CUDA's runner and its bare event loop both measure)."""
     backend, prepared, runner_median = _prepared(kernel, size, "backend=opencl",
                                                  "backend.platform=NVIDIA")
-    loops = []
+    spans, host = [], []
     for _ in range(5):
         backend.synchronize()
         began = time.perf_counter()
-        for _ in range(LOOP):
-            prepared.enqueue()
+        launched = [prepared.enqueue() for _ in range(LOOP)]
         backend.synchronize()
-        loops.append((time.perf_counter() - began) * 1e3 / LOOP)
-    bare = float(np.median(loops))
-    print(f"{kernel} {size}: runner median {runner_median:.4f} ms, host clock {bare:.4f} ms")
+        host.append((time.perf_counter() - began) * 1e3 / LOOP)
+        spans.append((launched[-1][-1].profile.end - launched[0][0].profile.start) * 1e-6 / LOOP)
+    bare = float(np.median(spans))
+    print(f"{kernel} {size}: runner median {runner_median:.4f} ms, bare loop {bare:.4f} ms "
+          f"(host clock {float(np.median(host)):.4f} ms)")
     assert abs(runner_median - bare) / bare <= 0.02
 
 
 @requires_nvidia_opencl
 def test_opencl_on_nvidia_does_not_time_the_host_between_a_steps_launches():
-    """matmul_9 is two launches. The host pauses 100 µs between them (NVIDIA's OpenCL takes
-    30-60 µs to enqueue one); the spin kernel that holds the queue keeps that out of the time."""
+    """matmul_9 is two launches: the A^T pre-pass, then the kernel. NVIDIA's OpenCL takes 30-60 µs
+    to enqueue the second, and without the spin kernel that holds the queue the GPU idled that
+    long between them (H100: 57 µs at 1000x1030x999 and 64 at 1024; 1.3 µs with it)."""
     backend, prepared, _ = _prepared("matmul_9", 1024, "backend=opencl", "backend.platform=NVIDIA")
     launched = []
-
-    def enqueue_with_a_slow_host():
-        first = prepared.enqueue()
-        time.sleep(100e-6)
-        launched.extend(first + prepared.enqueue())
-        return launched
-
-    backend.time_ms(enqueue_with_a_slow_host)
-    idle_us = (launched[2].profile.start - launched[1].profile.end) * 1e-3
-    print(f"idle between the two matmul_9 steps: {idle_us:.1f} µs")
-    assert idle_us < 50
+    backend.time_ms(lambda: launched.extend(prepared.enqueue()) or launched)
+    idle_us = (launched[1].profile.start - launched[0].profile.end) * 1e-3
+    print(f"idle between matmul_9's two launches: {idle_us:.1f} µs")
+    assert idle_us < 20

@@ -21,7 +21,7 @@ __kernel void gemmlab_hold_queue(const ulong ns) {
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
 }
 """
-HOLD_NS = 400_000  # longer than NVIDIA's OpenCL takes to enqueue a few launches from Python
+HOLD_NS = 1_000_000  # far longer than NVIDIA's OpenCL takes to enqueue a step's launches
 
 _DEVICE_TYPES = {
     "gpu": cl.device_type.GPU,
