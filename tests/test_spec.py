@@ -90,3 +90,15 @@ def test_expressions_compare_strings_only_for_equality():
 def test_expressions_refuse_anything_else(expression):
     with pytest.raises(ExpressionError):
         evaluate(expression, {"TS": 32})
+
+
+def test_matmul_9_pads_b_only_when_its_rows_are_not_16_byte_aligned():
+    """N % 4 != 0: the pre-pass also copies B into BP (rows of round_up(N, 4)), one more group
+    row per 32 columns of B; N % 4 == 0 or PAD_B = 0: no extra groups, BP a one-float stub."""
+    aligned = plan_for("matmul_9", size=(4096, 4096, 4096))
+    assert aligned.launches[0].groups == (128, 128) and aligned.scratch["BP"] == 1
+    odd = plan_for("matmul_9", size=(4097, 4095, 4093))
+    assert odd.launches[0].groups == (128, 129 + 128)
+    assert odd.scratch["BP"] == 4093 * 4096
+    unpadded = plan_for("matmul_9", size=(4097, 4095, 4093), PAD_B=0)
+    assert unpadded.launches[0].groups == (128, 129) and unpadded.scratch["BP"] == 1

@@ -12,11 +12,14 @@
 //    block of 4 warps of 64x64 where each thread holds 16x8 = 128 accumulators (about 200
 //    registers, two 128-thread blocks per SM). A step costs (TM+TN)/4 = 6 LDS.128 for 128 FFMAs
 //    (matmul_8: 4 for 64), and with BK = 16 one barrier serves 2048 FFMAs per thread.
-//  - A pre-pass (transpose_a, below, launched first and timed with the kernel) writes
+//  - A pre-pass (prepare_operands, below, launched first and timed with the kernel) writes
 //    AT = A^T, K rows of LDT = round_up(M, 4) floats (pad columns are zero), into a scratch
 //    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
 //    (LDT % 4 == 0), copied as float4s straight into k-major shared memory: no transposing
-//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096).
+//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096). When
+//    N % 4 != 0, B's rows are not 16-byte aligned: with PAD_B (the default) the same launch
+//    also copies B into BP with rows of round_up(N, 4) floats (2*K*N more floats moved), so B
+//    too is copied as float4s; PAD_B = 0 copies such a B element by element instead.
 //  - Global -> shared copies are cp.async (LDGSTS, 16 bytes, .cg: L2 only) in a STAGES-deep
 //    ring of shared tiles (cp.async.commit_group per tile, wait_group STAGES-2): the data
 //    never passes through registers, so prefetching costs no registers and tile t+2 is in
@@ -58,9 +61,10 @@
 // the grid, a short last group included). A^T chunks are float4 always (LDT % 4 == 0: a chunk
 // is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) is
 // zero-filled by cp.async's src-size operand (0 bytes read, 16 zeros written), its pointer
-// clamped to a row start (column) or to AT (row, last tile only). B chunks are one
-// 16-byte cp.async when N % 4 == 0, else four 4-byte cp.async (.ca), each zero-filled on its
-// own when outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars;
+// clamped to a row start (column) or to AT (row, last tile only). B (or BP, padded by the
+// pre-pass like AT) is read as rows of LDB floats; its chunks are one 16-byte cp.async when
+// LDB % 4 == 0, else (PAD_B = 0 and N % 4 != 0) four 4-byte cp.async (.ca), each zero-filled
+// on its own when outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars;
 // rows or columns outside C are skipped. These choices are uniform across the kernel, and every
 // thread reaches every barrier (the trip counts depend on K only).
 // __launch_bounds__(THREADS, MIN_BLOCKS) asks for MIN_BLOCKS blocks per SM, derived below so
@@ -96,6 +100,9 @@
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
 #endif
+#ifndef PAD_B
+#define PAD_B 1   // N % 4 != 0: the pre-pass copies B into BP with 16-byte aligned rows
+#endif
 
 #define WARP 32                                 // threads per warp
 #define WARPS_N (BN / WN)                       // warps along N
@@ -116,17 +123,33 @@
 #define BLOCKS_FIT (65536 / (THREADS * REG_ESTIMATE))
 #define MIN_BLOCKS (BLOCKS_FIT < 1 ? 1 : (BLOCKS_FIT > 2 ? 2 : BLOCKS_FIT))
 
-// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero.
-// A 32x32 tile of A goes through shared memory so that the reads (along K) and the writes
-// (along M) are both coalesced; the +1 padding puts a tile column in distinct banks. A block
-// is 32 x 8 threads, each moving 4 elements. Grid: ceil_div(K, 32) x ceil_div(M, 32).
+// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero;
+// with PAD_B and N % 4 != 0, also BP (K rows of LDB = round_up(N, 4) floats) = B, pad columns
+// zero, so that the kernel copies B as float4s too. Blocks with blockIdx.y < ceil_div(M, 32)
+// transpose a 32x32 tile of A through shared memory, so that the reads (along K) and the
+// writes (along M) are both coalesced (the +1 padding puts a tile column in distinct banks);
+// the blocks after them copy a 32x32 tile of B, row by row (the branch is uniform per block).
+// A block is 32 x 8 threads, each moving 4 elements. Grid: ceil_div(K, 32) x
+// (ceil_div(M, 32) + ceil_div(N, 32) when B is padded, else + 0).
 extern "C" __global__ void __launch_bounds__(256)
-transpose_a(const int M, const int K, const float* __restrict__ A, float* __restrict__ AT) {
+prepare_operands(const int M, const int N, const int K, const float* __restrict__ A,
+                 const float* __restrict__ B, float* __restrict__ AT, float* __restrict__ BP) {
     __shared__ float tile[32][33];
-    const int ldt = (M + 3) & ~3;
     const int tx = threadIdx.x;
     const int ty = threadIdx.y;
     const int k0 = blockIdx.x * 32;
+    const int a_blocks = (M + 31) / 32;
+    if ((int)blockIdx.y >= a_blocks) {  // a tile of B into BP (launched only when B is padded)
+        const int ldb = (N + 3) & ~3;
+        const int n = ((int)blockIdx.y - a_blocks) * 32 + tx;
+#pragma unroll
+        for (int r = 0; r < 32; r += 8) {
+            const int k = k0 + ty + r;
+            if (k < K && n < ldb) BP[(size_t)k * ldb + n] = n < N ? B[(size_t)k * N + n] : 0.0f;
+        }
+        return;
+    }
+    const int ldt = (M + 3) & ~3;
     const int m0 = blockIdx.y * 32;
 #pragma unroll
     for (int r = 0; r < 32; r += 8) {
@@ -209,7 +232,7 @@ __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int 
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
-         const float* __restrict__ B, float* __restrict__ C) {
+         const float* __restrict__ B, const float* __restrict__ BP, float* __restrict__ C) {
     __shared__ __align__(16) float As[STAGES][BK][BM];  // A^T tiles: [k][m]
     __shared__ __align__(16) float Bs[STAGES][BK][BN];  // B tiles: [k][n]
 
@@ -240,7 +263,13 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
     const int block_row = tile_m * BM;
     const int block_col = tile_n * BN;
     const int ldt = (M + 3) & ~3;  // row length of AT
-    const int b_vec = (N % 4) == 0;
+    // B as the loader reads it: BP, rows of round_up(N, 4) floats, when the pre-pass padded it
+    // (PAD_B and N % 4 != 0), else B itself; float4 chunks when its rows are 16-byte aligned.
+    const int b_padded = PAD_B && (N % 4) != 0;
+    const int ldb = b_padded ? (N + 3) & ~3 : N;
+    const float* const b_base = b_padded ? BP : B;
+    const int b_vec = (ldb % 4) == 0;
+    const int c_vec = (N % 4) == 0;  // C's rows: float4 stores
     const int num_tiles = (K + BK - 1) / BK;
 
     // Loader: chunk i (f = tid + i*THREADS) of a tile is row f / (W/4), column (f % (W/4))*4,
@@ -252,16 +281,16 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
     const int a_bytes = a_c < ldt ? 16 : 0;
     const int b_r0 = tid / (BN / 4);
     const int b_c = block_col + (tid % (BN / 4)) * 4;
-    const int b_bytes = b_c < N ? 16 : 0;  // the float4 path (N % 4 == 0)
+    const int b_bytes = b_c < ldb ? 16 : 0;  // the float4 path (ldb % 4 == 0)
     // One pointer per operand (chunk 0's, clamped to its row start when the column is outside),
     // advanced by BK rows per tile; chunk i adds i*A_ROWS (B_ROWS) rows, an offset that is the
     // same for the whole block (uniform registers), so no per-chunk 64-bit pointers are kept.
     const float* a_src = AT + (size_t)a_r0 * ldt + (a_bytes ? a_c : 0);
-    const float* b_src = B + (size_t)b_r0 * N + (b_c < N ? b_c : 0);
+    const float* b_src = b_base + (size_t)b_r0 * ldb + (b_c < ldb ? b_c : 0);
     const size_t a_step = (size_t)BK * ldt;
-    const size_t b_step = (size_t)BK * N;
+    const size_t b_step = (size_t)BK * ldb;
     const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
-    const size_t b_rows = (size_t)B_ROWS * N;
+    const size_t b_rows = (size_t)B_ROWS * ldb;
     const unsigned a_dst0 = shared_address(&As[0][0][0]) + tid * 16;
     const unsigned b_dst0 = shared_address(&Bs[0][0][0]) + tid * 16;
 
@@ -293,19 +322,19 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
                 for (int i = 0; i < B_LOADS; i++)
                     if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK) {
                         const int in = k0 + b_r0 + i * B_ROWS < K;
-                        cp_async_16(b_dst + i * THREADS * 16, in ? b_src + i * b_rows : B, in ? b_bytes : 0);
+                        cp_async_16(b_dst + i * THREADS * 16, in ? b_src + i * b_rows : b_base, in ? b_bytes : 0);
                     }
             }
         }
-        if (!b_vec) {  // N % 4 != 0: rows are not 16-byte aligned, four guarded 4-byte copies
+        if (!b_vec) {  // B unpadded, N % 4 != 0: rows not 16-byte aligned, four guarded 4-byte copies
 #pragma unroll
             for (int i = 0; i < B_LOADS; i++)
                 if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK) {
                     const int row_in = k0 + b_r0 + i * B_ROWS < K;
 #pragma unroll
                     for (int e = 0; e < 4; e++) {
-                        const int in = row_in && b_c + e < N;
-                        cp_async_4(b_dst + i * THREADS * 16 + 4 * e, in ? b_src + i * b_rows + e : B, in ? 4 : 0);
+                        const int in = row_in && b_c + e < ldb;
+                        cp_async_4(b_dst + i * THREADS * 16 + 4 * e, in ? b_src + i * b_rows + e : b_base, in ? 4 : 0);
                     }
                 }
         }
@@ -369,7 +398,7 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
             for (int j = 0; j < SUB_N; j++) {
                 const int row = block_row + m_base + i * SUB_M_STRIDE + r;
                 const int col = block_col + n_base + j * SUB_N_STRIDE;
-                store4_guarded(C, row, col, M, N, b_vec,
+                store4_guarded(C, row, col, M, N, c_vec,
                                make_float4(acc[4 * i + r][4 * j], acc[4 * i + r][4 * j + 1],
                                            acc[4 * i + r][4 * j + 2], acc[4 * i + r][4 * j + 3]));
             }

@@ -13,11 +13,14 @@
 //    128x128 tile of 4 warps of 64x64 where each work-item holds 16x8 = 128 accumulators. A
 //    step costs (TM+TN)/4 = 6 float4 local loads for 128 FMAs (matmul_8: 4 for 64), and with
 //    BK = 16 one barrier serves 2048 FMAs per work-item.
-//  - A pre-pass (transpose_a, below, launched first and timed with the kernel) writes
+//  - A pre-pass (prepare_operands, below, launched first and timed with the kernel) writes
 //    AT = A^T, K rows of LDT = round_up(M, 4) floats (pad columns are zero), into a scratch
 //    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
 //    (LDT % 4 == 0), copied as float4s straight into k-major local memory: no transposing
-//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096).
+//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096). When
+//    N % 4 != 0, B's rows are not 16-byte aligned: with PAD_B (the default) the same launch
+//    also copies B into BP with rows of round_up(N, 4) floats (2*K*N more floats moved), so B
+//    too is read as float4s; PAD_B = 0 reads such a B element by element instead.
 //  - Global -> local copies. On NVIDIA GPUs of compute capability 8.0 and newer (the backend
 //    defines GEMMLAB_NV_SM there, e.g. 90) they are cp.async through inline PTX, as in
 //    matmul_9.cu: 16 bytes straight into local memory (LDGSTS), a STAGES-deep ring, one commit
@@ -57,8 +60,9 @@
 // get zeros); the grid is rounded up to whole tiles (GROUP's renumbering is a permutation of
 // the grid, a short last group included). A^T chunks are float4 always (LDT % 4 == 0: a chunk
 // is all inside or all outside); a chunk outside AT (row k >= K or column >= LDT) reads
-// as zeros. B chunks are one float4 load when N % 4 == 0, else four guarded scalar loads,
-// zero outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars; rows
+// as zeros. B (or BP, padded by the pre-pass like AT) is read as rows of LDB floats; its
+// chunks are one float4 when LDB % 4 == 0, else (PAD_B = 0 and N % 4 != 0) four guarded
+// scalars, zero outside B. C is stored as float4s when N % 4 == 0, else as four guarded scalars; rows
 // or columns outside C are skipped. These choices are uniform across the kernel, and every
 // work-item reaches every barrier (the trip counts depend on K only).
 
@@ -89,6 +93,9 @@
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
 #endif
+#ifndef PAD_B
+#define PAD_B 1   // N % 4 != 0: the pre-pass copies B into BP with 16-byte aligned rows
+#endif
 
 #define WARP 32                                 // work-items per warp (NVIDIA)
 #define WARPS_N (BN / WN)                       // warps along N
@@ -112,17 +119,33 @@
 #define NSTAGE 2
 #endif
 
-// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero.
-// A 32x32 tile of A goes through local memory so that the reads (along K) and the writes
-// (along M) are both coalesced; the +1 padding puts a tile column in distinct banks. A
-// work-group is 32 x 8 work-items, each moving 4 elements. Grid: ceil_div(K, 32) x ceil_div(M, 32).
+// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero;
+// with PAD_B and N % 4 != 0, also BP (K rows of LDB = round_up(N, 4) floats) = B, pad columns
+// zero, so that the kernel reads B as float4s too. Work-groups with group id y <
+// ceil_div(M, 32) transpose a 32x32 tile of A through local memory, so that the reads (along K)
+// and the writes (along M) are both coalesced (the +1 padding puts a tile column in distinct
+// banks); those after them copy a 32x32 tile of B, row by row (uniform per work-group). A
+// work-group is 32 x 8 work-items, each moving 4 elements. Grid: ceil_div(K, 32) x
+// (ceil_div(M, 32) + ceil_div(N, 32) when B is padded, else + 0).
 __kernel __attribute__((reqd_work_group_size(32, 8, 1)))
-void transpose_a(const int M, const int K, const __global float* A, __global float* AT) {
+void prepare_operands(const int M, const int N, const int K, const __global float* A,
+                      const __global float* B, __global float* AT, __global float* BP) {
     __local float tile[32][33];
-    const int ldt = (M + 3) & ~3;
     const int tx = get_local_id(0);
     const int ty = get_local_id(1);
     const int k0 = get_group_id(0) * 32;
+    const int a_groups = (M + 31) / 32;
+    if ((int)get_group_id(1) >= a_groups) {  // a tile of B into BP (launched only when padded)
+        const int ldb = (N + 3) & ~3;
+        const int n = ((int)get_group_id(1) - a_groups) * 32 + tx;
+#pragma unroll
+        for (int r = 0; r < 32; r += 8) {
+            const int k = k0 + ty + r;
+            if (k < K && n < ldb) BP[(size_t)k * ldb + n] = n < N ? B[(size_t)k * N + n] : 0.0f;
+        }
+        return;
+    }
+    const int ldt = (M + 3) & ~3;
     const int m0 = get_group_id(1) * 32;
 #pragma unroll
     for (int r = 0; r < 32; r += 8) {
@@ -193,13 +216,13 @@ inline void cp_async_wait_stages(void) {
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
                 const int in_ = full_ || (k0) + b_r0 + i_ * B_ROWS < K;                           \
                 if (b_vec) {                                                                      \
-                    cp_async_16(b_dst_ + i_ * THREADS * 16, in_ ? b_src + i_ * b_rows : B,        \
+                    cp_async_16(b_dst_ + i_ * THREADS * 16, in_ ? b_src + i_ * b_rows : b_base,   \
                                 in_ ? b_bytes : 0);                                               \
                 } else {  /* rows not 16-byte aligned: four guarded 4-byte copies */              \
                     _Pragma("unroll") for (int e_ = 0; e_ < 4; e_++) {                            \
-                        const int ok_ = in_ && b_c + e_ < N;                                      \
+                        const int ok_ = in_ && b_c + e_ < ldb;                                    \
                         cp_async_4(b_dst_ + i_ * THREADS * 16 + 4 * e_,                           \
-                                   ok_ ? b_src + i_ * b_rows + e_ : B, ok_ ? 4 : 0);              \
+                                   ok_ ? b_src + i_ * b_rows + e_ : b_base, ok_ ? 4 : 0);         \
                     }                                                                             \
                 }                                                                                 \
             }                                                                                     \
@@ -227,12 +250,12 @@ inline void cp_async_wait_stages(void) {
                 if (full_ || (k0) + b_r0 + i_ * B_ROWS < K) {                                     \
                     const __global float* p_ = b_src + i_ * b_rows;                               \
                     if (b_vec) {                                                                  \
-                        if (b_c < N) b_st[i_] = *((const __global float4*)p_);                    \
+                        if (b_c < ldb) b_st[i_] = *((const __global float4*)p_);                  \
                     } else {                                                                      \
-                        if (b_c < N) b_st[i_].x = p_[0];                                          \
-                        if (b_c + 1 < N) b_st[i_].y = p_[1];                                      \
-                        if (b_c + 2 < N) b_st[i_].z = p_[2];                                      \
-                        if (b_c + 3 < N) b_st[i_].w = p_[3];                                      \
+                        if (b_c < ldb) b_st[i_].x = p_[0];                                        \
+                        if (b_c + 1 < ldb) b_st[i_].y = p_[1];                                    \
+                        if (b_c + 2 < ldb) b_st[i_].z = p_[2];                                    \
+                        if (b_c + 3 < ldb) b_st[i_].w = p_[3];                                    \
                     }                                                                             \
                 }                                                                                 \
             }                                                                                     \
@@ -270,7 +293,8 @@ inline void cp_async_wait_stages(void) {
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
 void matmul_9(const int M, const int N, const int K,
-              const __global float* AT, const __global float* B, __global float* C) {
+              const __global float* AT, const __global float* B, const __global float* BP,
+              __global float* C) {
     __local float As[NSTAGE][BK][BM] __attribute__((aligned(16)));  // A^T tiles: [k][m]
     __local float Bs[NSTAGE][BK][BN] __attribute__((aligned(16)));  // B tiles: [k][n]
 
@@ -301,7 +325,13 @@ void matmul_9(const int M, const int N, const int K,
     const int block_row = tile_m * BM;
     const int block_col = tile_n * BN;
     const int ldt = (M + 3) & ~3;  // row length of AT
-    const int b_vec = (N % 4) == 0;
+    // B as the loader reads it: BP, rows of round_up(N, 4) floats, when the pre-pass padded it
+    // (PAD_B and N % 4 != 0), else B itself; float4 chunks when its rows are 16-byte aligned.
+    const int b_padded = PAD_B && (N % 4) != 0;
+    const int ldb = b_padded ? (N + 3) & ~3 : N;
+    const __global float* const b_base = b_padded ? BP : B;
+    const int b_vec = (ldb % 4) == 0;
+    const int c_vec = (N % 4) == 0;  // C's rows: float4 stores
     const int num_tiles = (K + BK - 1) / BK;
 
     // Loader (as in the CUDA source): chunk i (f = tid + i*THREADS) of a tile is row f / (W/4),
@@ -316,11 +346,11 @@ void matmul_9(const int M, const int N, const int K,
     const int b_cl = (tid % (BN / 4)) * 4;
     const int b_c = block_col + b_cl;
     const __global float* a_src = AT + (size_t)a_r0 * ldt + (a_in ? a_c : 0);
-    const __global float* b_src = B + (size_t)b_r0 * N + (b_c < N ? b_c : 0);
+    const __global float* b_src = b_base + (size_t)b_r0 * ldb + (b_c < ldb ? b_c : 0);
     const size_t a_step = (size_t)BK * ldt;
-    const size_t b_step = (size_t)BK * N;
+    const size_t b_step = (size_t)BK * ldb;
     const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
-    const size_t b_rows = (size_t)B_ROWS * N;
+    const size_t b_rows = (size_t)B_ROWS * ldb;
 
 #if CP_ASYNC
     // Shared-window addresses of this work-item's first chunk in stage 0 (float tid*4 of a
@@ -329,7 +359,7 @@ void matmul_9(const int M, const int N, const int K,
     const uint a_dst0 = (uint)(size_t)&As[0][0][0] + tid * 16;
     const uint b_dst0 = (uint)(size_t)&Bs[0][0][0] + tid * 16;
     const int a_bytes = a_in ? 16 : 0;
-    const int b_bytes = b_c < N ? 16 : 0;
+    const int b_bytes = b_c < ldb ? 16 : 0;
 #else
     float4 a_st[A_LOADS];  // the next tile, in flight from global memory
     float4 b_st[B_LOADS];
@@ -416,7 +446,7 @@ void matmul_9(const int M, const int N, const int K,
             for (int j = 0; j < SUB_N; j++) {
                 const int row = block_row + m_base + i * SUB_M_STRIDE + r;
                 const int col = block_col + n_base + j * SUB_N_STRIDE;
-                store4_guarded(C, row, col, M, N, b_vec,
+                store4_guarded(C, row, col, M, N, c_vec,
                                (float4)(acc[4 * i + r][4 * j], acc[4 * i + r][4 * j + 1],
                                         acc[4 * i + r][4 * j + 2], acc[4 * i + r][4 * j + 3]));
             }
