@@ -93,7 +93,7 @@ def test_expressions_refuse_anything_else(expression):
 
 
 def test_matmul_9_pads_b_only_when_its_rows_are_not_16_byte_aligned():
-    """N % 4 != 0: the pre-pass also copies B into BP (rows of round_up(N, 4)), one more group
+    """N % 4 != 0: the pre-pass also copies B into BP (rows of round_up(N, 32)), one more group
     row per 32 columns of B; N % 4 == 0 or PAD_B = 0: no extra groups, BP a one-float stub."""
     aligned = plan_for("matmul_9", size=(4096, 4096, 4096))
     assert aligned.launches[0].groups == (128, 128) and aligned.scratch["BP"] == 1

@@ -13,12 +13,14 @@
 //    registers, two 128-thread blocks per SM). A step costs (TM+TN)/4 = 6 LDS.128 for 128 FFMAs
 //    (matmul_8: 4 for 64), and with BK = 16 one barrier serves 2048 FFMAs per thread.
 //  - A pre-pass (prepare_operands, below, launched first and timed with the kernel) writes
-//    AT = A^T, K rows of LDT = round_up(M, 4) floats (pad columns are zero), into a scratch
+//    AT = A^T, K rows of LDT = round_up(M, 32) floats (pad columns are zero), into a scratch
 //    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
 //    (LDT % 4 == 0), copied as float4s straight into k-major shared memory: no transposing
-//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096). When
+//    scalar stores and no padding. LDT is a multiple of 32 floats, not just 4, so that a
+//    warp's 512-byte tile row is 4 whole 128-byte lines at any M (with LDT = round_up(M, 4),
+//    4097x4095x4093 spanned 5, and the kernel took 5% longer than at 4096). The pre-pass moves 2*M*K floats (about 1% at 4096). When
 //    N % 4 != 0, B's rows are not 16-byte aligned: with PAD_B (the default) the same launch
-//    also copies B into BP with rows of round_up(N, 4) floats (2*K*N more floats moved), so B
+//    also copies B into BP with rows of round_up(N, 32) floats (2*K*N more floats moved), so B
 //    too is copied as float4s; PAD_B = 0 copies such a B element by element instead.
 //  - Global -> shared copies are cp.async (LDGSTS, 16 bytes, .cg: L2 only) in a STAGES-deep
 //    ring of shared tiles (cp.async.commit_group per tile, wait_group STAGES-2): the data
@@ -123,8 +125,8 @@
 #define BLOCKS_FIT (65536 / (THREADS * REG_ESTIMATE))
 #define MIN_BLOCKS (BLOCKS_FIT < 1 ? 1 : (BLOCKS_FIT > 2 ? 2 : BLOCKS_FIT))
 
-// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero;
-// with PAD_B and N % 4 != 0, also BP (K rows of LDB = round_up(N, 4) floats) = B, pad columns
+// Pre-pass: AT (K rows of LDT = round_up(M, 32) floats) = A^T, pad columns M .. LDT-1 zero;
+// with PAD_B and N % 4 != 0, also BP (K rows of LDB = round_up(N, 32) floats) = B, pad columns
 // zero, so that the kernel copies B as float4s too. Blocks with blockIdx.y < ceil_div(M, 32)
 // transpose a 32x32 tile of A through shared memory, so that the reads (along K) and the
 // writes (along M) are both coalesced (the +1 padding puts a tile column in distinct banks);
@@ -140,7 +142,7 @@ prepare_operands(const int M, const int N, const int K, const float* __restrict_
     const int k0 = blockIdx.x * 32;
     const int a_blocks = (M + 31) / 32;
     if ((int)blockIdx.y >= a_blocks) {  // a tile of B into BP (launched only when B is padded)
-        const int ldb = (N + 3) & ~3;
+        const int ldb = (N + 31) & ~31;
         const int n = ((int)blockIdx.y - a_blocks) * 32 + tx;
 #pragma unroll
         for (int r = 0; r < 32; r += 8) {
@@ -149,7 +151,7 @@ prepare_operands(const int M, const int N, const int K, const float* __restrict_
         }
         return;
     }
-    const int ldt = (M + 3) & ~3;
+    const int ldt = (M + 31) & ~31;
     const int m0 = blockIdx.y * 32;
 #pragma unroll
     for (int r = 0; r < 32; r += 8) {
@@ -262,11 +264,11 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
 #endif
     const int block_row = tile_m * BM;
     const int block_col = tile_n * BN;
-    const int ldt = (M + 3) & ~3;  // row length of AT
-    // B as the loader reads it: BP, rows of round_up(N, 4) floats, when the pre-pass padded it
+    const int ldt = (M + 31) & ~31;  // row length of AT
+    // B as the loader reads it: BP, rows of round_up(N, 32) floats, when the pre-pass padded it
     // (PAD_B and N % 4 != 0), else B itself; float4 chunks when its rows are 16-byte aligned.
     const int b_padded = PAD_B && (N % 4) != 0;
-    const int ldb = b_padded ? (N + 3) & ~3 : N;
+    const int ldb = b_padded ? (N + 31) & ~31 : N;
     const float* const b_base = b_padded ? BP : B;
     const int b_vec = (ldb % 4) == 0;
     const int c_vec = (N % 4) == 0;  // C's rows: float4 stores

@@ -14,12 +14,14 @@
 //    step costs (TM+TN)/4 = 6 float4 local loads for 128 FMAs (matmul_8: 4 for 64), and with
 //    BK = 16 one barrier serves 2048 FMAs per work-item.
 //  - A pre-pass (prepare_operands, below, launched first and timed with the kernel) writes
-//    AT = A^T, K rows of LDT = round_up(M, 4) floats (pad columns are zero), into a scratch
+//    AT = A^T, K rows of LDT = round_up(M, 32) floats (pad columns are zero), into a scratch
 //    buffer. Both tiles are then BK rows of contiguous floats whose starts are 16-byte aligned
 //    (LDT % 4 == 0), copied as float4s straight into k-major local memory: no transposing
-//    scalar stores and no padding. The pre-pass moves 2*M*K floats (about 1% at 4096). When
+//    scalar stores and no padding. LDT is a multiple of 32 floats, not just 4, so that a
+//    warp's 512-byte tile row is 4 whole 128-byte lines at any M (with LDT = round_up(M, 4),
+//    4097x4095x4093 spanned 5, and the kernel took 5% longer than at 4096). The pre-pass moves 2*M*K floats (about 1% at 4096). When
 //    N % 4 != 0, B's rows are not 16-byte aligned: with PAD_B (the default) the same launch
-//    also copies B into BP with rows of round_up(N, 4) floats (2*K*N more floats moved), so B
+//    also copies B into BP with rows of round_up(N, 32) floats (2*K*N more floats moved), so B
 //    too is read as float4s; PAD_B = 0 reads such a B element by element instead.
 //  - Global -> local copies. On NVIDIA GPUs of compute capability 8.0 and newer (the backend
 //    defines GEMMLAB_NV_SM there, e.g. 90) they are cp.async through inline PTX, as in
@@ -119,8 +121,8 @@
 #define NSTAGE 2
 #endif
 
-// Pre-pass: AT (K rows of LDT = round_up(M, 4) floats) = A^T, pad columns M .. LDT-1 zero;
-// with PAD_B and N % 4 != 0, also BP (K rows of LDB = round_up(N, 4) floats) = B, pad columns
+// Pre-pass: AT (K rows of LDT = round_up(M, 32) floats) = A^T, pad columns M .. LDT-1 zero;
+// with PAD_B and N % 4 != 0, also BP (K rows of LDB = round_up(N, 32) floats) = B, pad columns
 // zero, so that the kernel reads B as float4s too. Work-groups with group id y <
 // ceil_div(M, 32) transpose a 32x32 tile of A through local memory, so that the reads (along K)
 // and the writes (along M) are both coalesced (the +1 padding puts a tile column in distinct
@@ -136,7 +138,7 @@ void prepare_operands(const int M, const int N, const int K, const __global floa
     const int k0 = get_group_id(0) * 32;
     const int a_groups = (M + 31) / 32;
     if ((int)get_group_id(1) >= a_groups) {  // a tile of B into BP (launched only when padded)
-        const int ldb = (N + 3) & ~3;
+        const int ldb = (N + 31) & ~31;
         const int n = ((int)get_group_id(1) - a_groups) * 32 + tx;
 #pragma unroll
         for (int r = 0; r < 32; r += 8) {
@@ -145,7 +147,7 @@ void prepare_operands(const int M, const int N, const int K, const __global floa
         }
         return;
     }
-    const int ldt = (M + 3) & ~3;
+    const int ldt = (M + 31) & ~31;
     const int m0 = get_group_id(1) * 32;
 #pragma unroll
     for (int r = 0; r < 32; r += 8) {
@@ -324,11 +326,11 @@ void matmul_9(const int M, const int N, const int K,
 #endif
     const int block_row = tile_m * BM;
     const int block_col = tile_n * BN;
-    const int ldt = (M + 3) & ~3;  // row length of AT
-    // B as the loader reads it: BP, rows of round_up(N, 4) floats, when the pre-pass padded it
+    const int ldt = (M + 31) & ~31;  // row length of AT
+    // B as the loader reads it: BP, rows of round_up(N, 32) floats, when the pre-pass padded it
     // (PAD_B and N % 4 != 0), else B itself; float4 chunks when its rows are 16-byte aligned.
     const int b_padded = PAD_B && (N % 4) != 0;
-    const int ldb = b_padded ? (N + 3) & ~3 : N;
+    const int ldb = b_padded ? (N + 31) & ~31 : N;
     const __global float* const b_base = b_padded ? BP : B;
     const int b_vec = (ldb % 4) == 0;
     const int c_vec = (N % 4) == 0;  // C's rows: float4 stores
