@@ -53,6 +53,9 @@ class LaunchConfig:
     # Dynamic local/shared memory in bytes (expression): CUDA's `extern __shared__` array (the
     # way past 48 KiB), OpenCL's trailing `__local` pointer argument; 0: none.
     local_bytes: str = "0"
+    # Expression over the parameters and M, N, K: the launch runs only where it holds (a
+    # pre-pass that some parameters or sizes do not need); None: always.
+    when: Optional[str] = None
 
 
 @dataclass

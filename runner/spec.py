@@ -137,6 +137,17 @@ def _ints(name: str, what: str, expressions, names: Mapping[str, int]) -> tuple[
     return values
 
 
+def _launch_wanted(name: str, launch_cfg, names: Mapping[str, int]) -> bool:
+    """A launch with a `when` runs only where it holds (e.g. a pre-pass some tiles skip)."""
+    when = launch_cfg.get("when")
+    if when is None:
+        return True
+    try:
+        return bool(evaluate(when, names))
+    except ExpressionError as error:
+        raise RunError(f"{name}: bad `when` of launch {launch_cfg.entry}: {error}") from None
+
+
 def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     """Check a composed kernel config against `size` and work out its launches."""
     name = kernel_cfg.name
@@ -157,6 +168,8 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     known_args = set(size.as_names()) | set(OPERATION_BUFFERS[operation]) | set(scratch)
     launches = []
     for launch_cfg in kernel_cfg.launches:
+        if not _launch_wanted(name, launch_cfg, names):
+            continue
         unknown = [arg for arg in launch_cfg.args if arg not in known_args]
         if unknown:
             raise RunError(f"{name}: launch {launch_cfg.entry} names unknown arguments {unknown} "

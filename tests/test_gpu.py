@@ -139,6 +139,37 @@ def test_matmul_9_cp_async_ring_of_any_depth_is_correct(store, backend, size, st
     assert ring_bytes <= held <= ring_bytes + 16, "STAGES tiles (NVIDIA's OpenCL adds 16 bytes)"
 
 
+@pytest.mark.parametrize("k_unroll", [16, 4])
+@pytest.mark.parametrize("a_prepass", [0, 1])
+@pytest.mark.parametrize("tiling", [["kernel.params.BK=8"],  # 3 stages of 16 exceed OpenCL's 48 KiB
+                                    ["kernel.params.BM=128", "kernel.params.BN=32",
+                                     "kernel.params.WM=64", "kernel.params.WN=32",
+                                     "kernel.params.TM=8", "kernel.params.TN=8",
+                                     "kernel.params.STAGES=4"]],
+                         ids=["128x128", "128x32"])
+@pytest.mark.parametrize("size", [["m=1001", "n=1536", "k=333"], ["m=130", "n=67", "k=36"],
+                                  ["m=4097", "n=4095", "k=4093"]],
+                         ids=["k-odd", "n-odd", "all-odd"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matmul_9_with_and_without_the_a_pre_pass_is_correct(store, backend, size, tiling,
+                                                             a_prepass, k_unroll):
+    """A transposed by the pre-pass or read in place (4-byte cp.async copies into a swizzled
+    stage) through the cp.async ring, the steps of a tile unrolled whole or in 4-step chunks,
+    with ragged tile rows, a ragged K and N % 4 != 0; in place and with B aligned, the kernel is
+    the only launch."""
+    cfg = compose_config("kernel=matmul_9", *backend, *size, *tiling,
+                         f"kernel.params.A_PREPASS={a_prepass}",
+                         f"kernel.params.K_UNROLL={k_unroll}", "kernel.size_rules=[]",
+                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    assert recorded.data.metrics["check/passed"] == 1.0
+    assert recorded.data.metrics["check/rel_error"] < 5e-6
+    b_aligned = size[1] == "n=1536"
+    expected = "matmul_9" if not a_prepass and b_aligned else "prepare_operands + matmul_9"
+    assert recorded.data.tags["timing.launches"] == expected
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
     cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",

@@ -40,6 +40,25 @@ def test_sgemm_kernel_matches_float64(cpu_backend, name, params):
         assert result.rel_error < 1e-5
 
 
+# matmul_9 reading A in place (A_PREPASS = 0): the transposing, swizzled loader in every work-group
+# size it has (128 work-items: 4 swizzle patterns; 64: 2; 256), with ragged rows (M % BM != 0),
+# a ragged last tile (K % BK != 0), N % 4 != 0 with and without B's padded copy, and BK = 32.
+A_IN_PLACE_TILINGS = [
+    {},
+    {"BM": 128, "BN": 32, "WM": 64, "WN": 32, "TM": 8, "TN": 8},
+    {"BM": 64, "BN": 64, "WM": 32, "WN": 32, "TM": 4, "TN": 8, "PAD_B": 0},
+    {"BM": 128, "BN": 64, "WM": 32, "WN": 32, "TM": 4, "TN": 8, "BK": 32, "STAGES": 2},
+]
+
+
+@pytest.mark.parametrize("params", A_IN_PLACE_TILINGS, ids=_ids)
+def test_matmul_9_reading_a_in_place_matches_float64(cpu_backend, params):
+    for size in [(1, 1, 1), (17, 33, 9), (130, 67, 41), (257, 64, 40), (64, 128, 32)]:
+        result = _run(cpu_backend, "matmul_9", {"A_PREPASS": 0, **params}, size)
+        assert result.passed, f"A in place {params} at {size}: {result.detail}"
+        assert result.rel_error < 1e-5
+
+
 @pytest.mark.parametrize("name,params", [(n, p) for n in MOVE_KERNELS for p in variant_params(n)],
                          ids=lambda v: _ids(v) if isinstance(v, dict) else v)
 def test_copy_and_transpose_kernels_are_bit_exact(cpu_backend, name, params):

@@ -61,6 +61,20 @@ def test_transpose_5_ragged_interior_tiles_have_no_races():
     assert "race" not in done.stderr.lower(), done.stderr
 
 
+@pytest.mark.parametrize("tiling", [[], ["kernel.params.BM=128", "kernel.params.BN=32",
+                                           "kernel.params.WM=64", "kernel.params.WN=32",
+                                           "kernel.params.TM=8", "kernel.params.TN=8"]],
+                         ids=["defaults", "128x32"])
+def test_matmul_9_reading_a_in_place_has_no_races(tiling):
+    """A_PREPASS = 0: every work-item stores A's elements transposed and swizzled into the
+    stage the others read; 140x67x50 has two tile rows, the second ragged, and a ragged K."""
+    done = _simulate("matmul_9", "140x67x50", "kernel.params.A_PREPASS=0", *tiling)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "passed=True" in done.stdout
+    assert "race" not in done.stderr.lower(), done.stderr
+    assert "invalid" not in done.stderr.lower(), done.stderr
+
+
 def test_a_missing_barrier_is_reported(tmp_path):
     """The check can fail: drop matmul_2's second barrier (the one before the tiles are
     overwritten) and Oclgrind reports the race."""

@@ -60,6 +60,23 @@ def test_compute_sanitizer_finds_nothing_in_size_rule_shapes(name, index, tool):
     assert clean in report, report[-4000:]
 
 
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("overrides", [("kernel.params.A_PREPASS=0",),
+                                       ("kernel.params.A_PREPASS=1",),
+                                       ("kernel.params.K_UNROLL=4",)],
+                         ids=["a-in-place", "a-pre-pass", "k-unroll-4"])
+def test_compute_sanitizer_finds_nothing_in_matmul_9_variants(overrides, tool):
+    """matmul_9 with A transposed by its pre-pass and with A read in place (the transposing,
+    swizzled 4-byte copies), whichever is not the default included; and with the steps of a
+    tile in a loop of 4-step chunks, where the barrier sits in the last trip's branch."""
+    done = _sanitize(tool, "matmul_9", overrides=overrides)
+    report = done.stdout + done.stderr
+    assert done.returncode == 0 and "passed=True" in done.stdout, report[-4000:]
+    clean = ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+             if tool == "racecheck" else "ERROR SUMMARY: 0 errors")
+    assert clean in report, report[-4000:]
+
+
 def test_racecheck_reports_a_dropped_barrier(tmp_path):
     """matmul_2 without its second barrier: the next tile overwrites one still being read."""
     done = _sanitize("racecheck", "matmul_2", "--drop-barrier", "1",

@@ -102,3 +102,22 @@ def test_matmul_9_pads_b_only_when_its_rows_are_not_16_byte_aligned():
     assert odd.scratch["BP"] == 4093 * 4096
     unpadded = plan_for("matmul_9", size=(4097, 4095, 4093), PAD_B=0)
     assert unpadded.launches[0].groups == (128, 129) and unpadded.scratch["BP"] == 1
+
+
+def test_matmul_9_reading_a_in_place_drops_the_pre_pass_unless_b_is_padded():
+    """A_PREPASS = 0: no AT (a one-float stub), and the pre-pass runs only for B's copy (its
+    `when`), with B's group rows alone; the kernel is then the only launch at N % 4 == 0."""
+    aligned = plan_for("matmul_9", size=(4096, 4096, 4096), A_PREPASS=0)
+    assert [launch.entry for launch in aligned.launches] == ["matmul_9"]
+    assert aligned.entries == ["matmul_9"] and aligned.scratch["AT"] == 1
+    odd = plan_for("matmul_9", size=(4097, 4095, 4093), A_PREPASS=0)
+    assert [launch.entry for launch in odd.launches] == ["prepare_operands", "matmul_9"]
+    assert odd.launches[0].groups == (128, 128) and odd.scratch["AT"] == 1
+    both_off = plan_for("matmul_9", size=(4097, 4095, 4093), A_PREPASS=0, PAD_B=0)
+    assert [launch.entry for launch in both_off.launches] == ["matmul_9"]
+
+
+def test_a_launch_when_that_is_not_an_expression_is_a_clear_error():
+    cfg = compose_config("kernel=matmul_9", "kernel.launches.0.when='A_PREPASS +'")
+    with pytest.raises(RunError, match="bad `when` of launch prepare_operands"):
+        plan_kernel(cfg.kernel, ProblemSize(64, 64, 64))

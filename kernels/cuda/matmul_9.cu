@@ -43,6 +43,18 @@
 //  - Grouped block order (GROUP): block (x, y) is renumbered so that consecutive blocks walk
 //    down columns of GROUP tile rows; the blocks resident at once then share A^T row panels
 //    and B column panels in L2 (GROUP = 1 keeps the row-by-row order).
+//  - Two levers measured and kept off by default (H100, CUDA, % of cuBLAS SGEMM at 4096):
+//    A_PREPASS = 0 drops the pre-pass and reads A in place: 4-byte cp.async copies, 8 lanes
+//    along k, transposed into a stage whose rows are swizzled (bits 2-3 of m XOR 4*(k % 4)) so
+//    that a warp's stores hit 16 banks and the float4 fragment reads stay whole. It saves the
+//    pre-pass (1.3% of the time at 4096, 2.7% at 2048) but costs far more: 85.9% against 92.4%,
+//    63.8% against 93.3% at 1000x1030x999. Four times as many copy instructions for A, each
+//    moving 4 bytes (the tensor-core steps lose as much where K % 4 != 0 sends A that way).
+//    K_UNROLL < BK runs a tile's steps as a loop of K_UNROLL-step chunks instead of one
+//    unrolled block: the loop's machine code shrinks from 2387 instructions to 1345 (8) or 809
+//    (4), and ncu's instruction-fetch stalls with it (0.13 -> 0.03 per issue), but the issue
+//    rate falls (81% -> 77% -> 72% of cycles; dispatch stalls 0.26 -> 0.30 -> 0.41), and so
+//    does the speed: 86.9% and 80.1%.
 //
 // Pipeline (one barrier per tile). Prologue: tiles 0 .. STAGES-2 are issued into stages
 // 0 .. STAGES-2 (one commit group each, empty past the last tile), wait_group(STAGES-2) and a
@@ -106,6 +118,12 @@
 #ifndef PAD_B
 #define PAD_B 1   // N % 4 != 0: the pre-pass copies B into BP with 16-byte aligned rows
 #endif
+#ifndef A_PREPASS
+#define A_PREPASS 1  // 1: the pre-pass writes AT = A^T; 0: the kernel reads A in place
+#endif
+#ifndef K_UNROLL
+#define K_UNROLL 16  // steps of a tile unrolled per loop trip (>= BK: the whole tile)
+#endif
 
 #define WARP 32                                 // threads per warp
 #define WARPS_N (BN / WN)                       // warps along N
@@ -121,6 +139,23 @@
 #define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per thread
 #define A_ROWS (THREADS / (BM / 4))             // A^T tile rows between a thread's chunks
 #define B_ROWS (THREADS / (BN / 4))             // B tile rows between a thread's chunks
+// A read in place (A_PREPASS = 0): 8 lanes along k, so a warp's 4-byte copies read 4 rows of
+// 32 contiguous bytes; one pass of the block covers A_ROWS_PASS rows of the tile.
+#define A_LANES_K 8
+#define A_ROWS_PASS (THREADS / A_LANES_K)
+#define A_PASSES_M (BM / A_ROWS_PASS)           // passes down the tile's rows
+#define A_PASSES_K (BK / A_LANES_K)             // passes along its depth
+// Element (m, k) of an in-place tile lands at As[k][m ^ A_SWIZZLE(k)]: the 8 k of a copy
+// would otherwise all hit one bank (a row of As is BM floats); XOR-ing bits 2-3 of m with k
+// spreads a warp's 32 stores over 16 banks (2-way; 8 banks with 64 threads, A_SWIZZLES = 2)
+// and keeps every float4 of 4 consecutive m whole, so fragment reads stay one conflict-free
+// LDS.128: a lane reads its float4 at (m_base ^ A_SWIZZLE(k)) + i*SUB_M_STRIDE, since the
+// swizzled bits are bits of its lane's part of m_base (WM / TM >= A_SWIZZLES lanes along M).
+#define A_SWIZZLES (A_PREPASS ? 1 : (A_ROWS_PASS >= 16 ? 4 : (A_ROWS_PASS >= 8 ? 2 : 1)))
+#define A_SWIZZLE(k) (4 * ((k) % A_SWIZZLES))
+// Steps of a tile per unrolled chunk: all of them (BK), or chunks of K_UNROLL in a loop, which
+// shrinks the loop body's machine code K_UNROLL / BK times for a pointer add per chunk.
+#define KU (K_UNROLL < BK ? K_UNROLL : BK)
 // Registers a thread needs, roughly: accumulators, two fragment sets, addresses and indices.
 #define REG_ESTIMATE (TM * TN + 2 * (TM + TN) + 32)
 #define BLOCKS_FIT (65536 / (THREADS * REG_ESTIMATE))
@@ -141,7 +176,7 @@ prepare_operands(const int M, const int N, const int K, const float* __restrict_
     const int tx = threadIdx.x;
     const int ty = threadIdx.y;
     const int k0 = blockIdx.x * 32;
-    const int a_blocks = (M + 31) / 32;
+    const int a_blocks = A_PREPASS ? (M + 31) / 32 : 0;  // A in place: only B's tiles launched
     if ((int)blockIdx.y >= a_blocks) {  // a tile of B into BP (launched only when B is padded)
         const int ldb = (N + 31) & ~31;
         const int n = ((int)blockIdx.y - a_blocks) * 32 + tx;
@@ -211,12 +246,14 @@ __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int 
     }
 }
 
-// Reads the fragments of step k into a_f[TM], b_f[TN]: LDS.128 each. a_rd / b_rd point at this
-// thread's first column of the stage, so every address is a register plus a constant offset.
+// Reads the fragments of step k into a_f[TM], b_f[TN]: LDS.128 each. a_rd points at the stage
+// (a_col[k % A_SWIZZLES] is this thread's first column there, swizzled by k when A is read in
+// place), b_rd at this thread's first column of the stage, so every address is a register plus
+// a constant offset (the unrolled k makes the a_col index a constant).
 #define READ_FRAGMENTS(a_f, b_f, a_rd, b_rd, k)                                                  \
     do {                                                                                          \
         _Pragma("unroll") for (int i_ = 0; i_ < SUB_M; i_++) {                                    \
-            const float4 v_ = *reinterpret_cast<const float4*>((a_rd) + (k) * BM + i_ * SUB_M_STRIDE); \
+            const float4 v_ = *reinterpret_cast<const float4*>((a_rd) + a_col[(k) % A_SWIZZLES] + (k) * BM + i_ * SUB_M_STRIDE); \
             a_f[4 * i_] = v_.x; a_f[4 * i_ + 1] = v_.y; a_f[4 * i_ + 2] = v_.z; a_f[4 * i_ + 3] = v_.w; \
         }                                                                                         \
         _Pragma("unroll") for (int j_ = 0; j_ < SUB_N; j_++) {                                    \
@@ -234,9 +271,10 @@ __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int 
     } while (0)
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
-matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
-         const float* __restrict__ B, const float* __restrict__ BP, float* __restrict__ C) {
-    __shared__ __align__(16) float As[STAGES][BK][BM];  // A^T tiles: [k][m]
+matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
+         const float* __restrict__ AT, const float* __restrict__ B, const float* __restrict__ BP,
+         float* __restrict__ C) {
+    __shared__ __align__(16) float As[STAGES][BK][BM];  // A^T tiles: [k][m ^ A_SWIZZLE(k)]
     __shared__ __align__(16) float Bs[STAGES][BK][BN];  // B tiles: [k][n]
 
     const int tid = threadIdx.x;
@@ -279,22 +317,38 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
     // i.e. this thread's column plus i*(THREADS/(W/4)) rows (THREADS is a multiple of W/4), and
     // lands at float f*4 of the stage. Its global pointer is set up once and advanced by BK
     // rows per tile; a column outside AT / B gets src-size 0 and a pointer to its row start.
-    const int a_r0 = tid / (BM / 4);
-    const int a_c = block_row + (tid % (BM / 4)) * 4;
-    const int a_bytes = a_c < ldt ? 16 : 0;
-    const int b_r0 = tid / (BN / 4);
-    const int b_c = block_col + (tid % (BN / 4)) * 4;
-    const int b_bytes = b_c < ldb ? 16 : 0;  // the float4 path (ldb % 4 == 0)
     // One pointer per operand (chunk 0's, clamped to its row start when the column is outside),
     // advanced by BK rows per tile; chunk i adds i*A_ROWS (B_ROWS) rows, an offset that is the
     // same for the whole block (uniform registers), so no per-chunk 64-bit pointers are kept.
+#if A_PREPASS
+    const int a_r0 = tid / (BM / 4);
+    const int a_c = block_row + (tid % (BM / 4)) * 4;
+    const int a_bytes = a_c < ldt ? 16 : 0;
     const float* a_src = AT + (size_t)a_r0 * ldt + (a_bytes ? a_c : 0);
-    const float* b_src = b_base + (size_t)b_r0 * ldb + (b_c < ldb ? b_c : 0);
     const size_t a_step = (size_t)BK * ldt;
-    const size_t b_step = (size_t)BK * ldb;
     const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
-    const size_t b_rows = (size_t)B_ROWS * ldb;
     const unsigned a_dst0 = shared_address(&As[0][0][0]) + tid * 16;
+#else
+    // A in place: this thread copies depth a_k (+ A_LANES_K * q) of tile rows a_r (+ A_ROWS_PASS
+    // * p), 4 bytes each, to As[k][m ^ A_SWIZZLE(k)]; A_SWIZZLE(a_k + A_LANES_K * q) is
+    // A_SWIZZLE(a_k), and it only flips bits of a_r (A_ROWS_PASS >= 4 * A_SWIZZLES), so every
+    // destination is one register plus a constant. Rows are guarded only in the last tile row
+    // of the grid (a_full_m is uniform), depths only in a ragged last tile.
+    const int a_k = tid % A_LANES_K;
+    const int a_r = tid / A_LANES_K;
+    const int a_rows_left = M - block_row;  // rows of A from the tile's first
+    const int a_full_m = a_rows_left >= BM;
+    const float* a_src = A + (size_t)(block_row + (a_r < a_rows_left ? a_r : 0)) * K + a_k;
+    const size_t a_step = BK;
+    const size_t a_rows = (size_t)A_ROWS_PASS * K;  // floats between passes p and p+1
+    const unsigned a_dst0 = shared_address(&As[0][0][0]) + (a_k * BM + (a_r ^ A_SWIZZLE(a_k))) * 4;
+#endif
+    const int b_r0 = tid / (BN / 4);
+    const int b_c = block_col + (tid % (BN / 4)) * 4;
+    const int b_bytes = b_c < ldb ? 16 : 0;  // the float4 path (ldb % 4 == 0)
+    const float* b_src = b_base + (size_t)b_r0 * ldb + (b_c < ldb ? b_c : 0);
+    const size_t b_step = (size_t)BK * ldb;
+    const size_t b_rows = (size_t)B_ROWS * ldb;
     const unsigned b_dst0 = shared_address(&Bs[0][0][0]) + tid * 16;
 
     // Issues the copies of the tile at depth k0 into stage s, then advances the pointers. A tile
@@ -303,10 +357,12 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
         const unsigned a_dst = a_dst0 + s * (BK * BM * 4);
         const unsigned b_dst = b_dst0 + s * (BK * BN * 4);
         if (k0 + BK <= K) {
+#if A_PREPASS
 #pragma unroll
             for (int i = 0; i < A_LOADS; i++)
                 if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK)
                     cp_async_16(a_dst + i * THREADS * 16, a_src + i * a_rows, a_bytes);
+#endif
             if (b_vec) {
 #pragma unroll
                 for (int i = 0; i < B_LOADS; i++)
@@ -314,12 +370,14 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
                         cp_async_16(b_dst + i * THREADS * 16, b_src + i * b_rows, b_bytes);
             }
         } else {
+#if A_PREPASS
 #pragma unroll
             for (int i = 0; i < A_LOADS; i++)
                 if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK) {
                     const int in = k0 + a_r0 + i * A_ROWS < K;
                     cp_async_16(a_dst + i * THREADS * 16, in ? a_src + i * a_rows : AT, in ? a_bytes : 0);
                 }
+#endif
             if (b_vec) {
 #pragma unroll
                 for (int i = 0; i < B_LOADS; i++)
@@ -329,6 +387,25 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
                     }
             }
         }
+#if !A_PREPASS
+        if (a_full_m && k0 + BK <= K) {  // uniform: every copy inside A
+#pragma unroll
+            for (int p = 0; p < A_PASSES_M; p++)
+#pragma unroll
+                for (int q = 0; q < A_PASSES_K; q++)
+                    cp_async_4(a_dst + (q * A_LANES_K * BM + p * A_ROWS_PASS) * 4,
+                               a_src + p * a_rows + q * A_LANES_K, 4);
+        } else {  // the grid's last tile row or a ragged last tile: zeros outside A
+#pragma unroll
+            for (int p = 0; p < A_PASSES_M; p++)
+#pragma unroll
+                for (int q = 0; q < A_PASSES_K; q++) {
+                    const int in = a_r + p * A_ROWS_PASS < a_rows_left && k0 + a_k + q * A_LANES_K < K;
+                    cp_async_4(a_dst + (q * A_LANES_K * BM + p * A_ROWS_PASS) * 4,
+                               in ? a_src + p * a_rows + q * A_LANES_K : A, in ? 4 : 0);
+                }
+        }
+#endif
         if (!b_vec) {  // B unpadded, N % 4 != 0: rows not 16-byte aligned, four guarded 4-byte copies
 #pragma unroll
             for (int i = 0; i < B_LOADS; i++)
@@ -352,7 +429,10 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
         for (int j = 0; j < TN; j++) acc[i][j] = 0.0f;
     float a_frag[2][TM];  // two sets: step k+1 is read while step k is computed
     float b_frag[2][TN];
-    const float* const a_rd0 = &As[0][0][0] + m_base;
+    const float* const a_rd0 = &As[0][0][0];
+    int a_col[A_SWIZZLES];  // this thread's first column at steps k with k % A_SWIZZLES == c
+#pragma unroll
+    for (int c = 0; c < A_SWIZZLES; c++) a_col[c] = m_base ^ A_SWIZZLE(c);
     const float* const b_rd0 = &Bs[0][0][0] + n_base;
 
     // Prologue: tiles 0 .. STAGES-2 in flight (group g = tile g), tile 0 visible, its k=0 fragments.
@@ -376,18 +456,28 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ AT,
         const float* const b_rd = b_rd0 + cur * (BK * BN);
 
         // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
+        // 3. Step BK-1: wait for tile t+1, barrier, its k=0 fragments into set 0, FMA.
+        // The steps run in chunks of KU, unrolled; with KU < BK the chunks are trips of a loop
+        // that is not unrolled, and the last step's branch is taken in the last trip only
+        // (uniform). kc is a multiple of KU (even, and of A_SWIZZLES), so step kc + kk has kk's
+        // fragment set and swizzle, and only the chunk's stage pointers move. KU = BK: one trip,
+        // the whole tile unrolled with constant offsets.
+#pragma unroll 1
+        for (int kc = 0; kc < BK; kc += KU) {
+            const float* const a_chunk = a_rd + kc * BM;
+            const float* const b_chunk = b_rd + kc * BN;
 #pragma unroll
-        for (int k = 0; k < BK - 1; k++) {
-            READ_FRAGMENTS(a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], a_rd, b_rd, k + 1);
-            FMA_STEP(a_frag[k % 2], b_frag[k % 2]);
+            for (int kk = 0; kk < KU; kk++) {
+                if (kk < KU - 1 || kc + KU < BK) {
+                    READ_FRAGMENTS(a_frag[(kk + 1) % 2], b_frag[(kk + 1) % 2], a_chunk, b_chunk, kk + 1);
+                } else if (t + 1 < num_tiles) {  // step BK-1; uniform across the block
+                    cp_async_wait_stages();  // this thread's copies of tile t+1 have landed
+                    __syncthreads();         // B(t): everyone's have; the one barrier per tile
+                    READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0 + next * (BK * BM), b_rd0 + next * (BK * BN), 0);
+                }
+                FMA_STEP(a_frag[kk % 2], b_frag[kk % 2]);
+            }
         }
-        // 3. Step BK-1: wait for tile t+1, barrier, its k=0 fragments into set 0.
-        if (t + 1 < num_tiles) {  // uniform across the block
-            cp_async_wait_stages();  // this thread's copies of tile t+1 have landed
-            __syncthreads();         // B(t): everyone's have; the one barrier per tile
-            READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0 + next * (BK * BM), b_rd0 + next * (BK * BN), 0);
-        }
-        FMA_STEP(a_frag[(BK - 1) % 2], b_frag[(BK - 1) % 2]);
         fill = cur;
         cur = next;
     }

@@ -44,6 +44,9 @@
 //  - Grouped work-group order (GROUP): group (x, y) is renumbered so that consecutive
 //    work-groups walk down columns of GROUP tile rows, sharing A^T and B panels in L2
 //    (GROUP = 1 keeps the row-by-row order).
+//  - A_PREPASS = 0 (A read in place by transposing 4-byte copies into swizzled stages) and
+//    K_UNROLL < BK (a tile's steps as a loop of chunks) are the CUDA source's measured levers,
+//    off by default for the reasons it gives; OpenCL on an H100 measured the same way round.
 //
 // Loop (one barrier per tile), NSTAGE = STAGES (cp.async) or 2 (registers). Prologue: tile 0
 // (cp.async: tiles 0 .. STAGES-2, one commit group each) into its stage, barrier, k = 0
@@ -99,6 +102,12 @@
 #ifndef PAD_B
 #define PAD_B 1   // N % 4 != 0: the pre-pass copies B into BP with 16-byte aligned rows
 #endif
+#ifndef A_PREPASS
+#define A_PREPASS 1  // 1: the pre-pass writes AT = A^T; 0: the kernel reads A in place
+#endif
+#ifndef K_UNROLL
+#define K_UNROLL 16  // steps of a tile unrolled per loop trip (>= BK: the whole tile)
+#endif
 
 #define WARP 32                                 // work-items per warp (NVIDIA)
 #define WARPS_N (BN / WN)                       // warps along N
@@ -114,6 +123,19 @@
 #define B_LOADS ((B_F4 + THREADS - 1) / THREADS)  // chunks of the B tile per work-item
 #define A_ROWS (THREADS / (BM / 4))             // A^T tile rows between a work-item's chunks
 #define B_ROWS (THREADS / (BN / 4))             // B tile rows between a work-item's chunks
+// A read in place (A_PREPASS = 0), as in matmul_9.cu: 8 work-items along k, so a warp reads 4
+// rows of 32 contiguous bytes; one pass of the work-group covers A_ROWS_PASS rows of the tile.
+#define A_LANES_K 8
+#define A_ROWS_PASS (THREADS / A_LANES_K)
+#define A_PASSES_M (BM / A_ROWS_PASS)           // passes down the tile's rows
+#define A_PASSES_K (BK / A_LANES_K)             // passes along its depth
+// Element (m, k) of an in-place tile lands at As[k][m ^ A_SWIZZLE(k)]: bits 2-3 of m flipped
+// by k spread a warp's 32 scalar stores over 16 banks instead of 4, and keep each float4 of
+// 4 consecutive m whole (fragment reads undo it per lane: matmul_9.cu says why that holds).
+#define A_SWIZZLES (A_PREPASS ? 1 : (A_ROWS_PASS >= 16 ? 4 : (A_ROWS_PASS >= 8 ? 2 : 1)))
+#define A_SWIZZLE(k) (4 * ((k) % A_SWIZZLES))
+// Steps of a tile per unrolled chunk (matmul_9.cu says why): all of them, or K_UNROLL at a time.
+#define KU (K_UNROLL < BK ? K_UNROLL : BK)
 #if defined(GEMMLAB_NV_SM) && GEMMLAB_NV_SM >= 80
 #define CP_ASYNC 1                              // cp.async (sm_80+) through inline PTX
 #define NSTAGE STAGES                           // local-memory stages in the ring
@@ -137,7 +159,7 @@ void prepare_operands(const int M, const int N, const int K, const __global floa
     const int tx = get_local_id(0);
     const int ty = get_local_id(1);
     const int k0 = get_group_id(0) * 32;
-    const int a_groups = (M + 31) / 32;
+    const int a_groups = A_PREPASS ? (M + 31) / 32 : 0;  // A in place: only B's tiles launched
     if ((int)get_group_id(1) >= a_groups) {  // a tile of B into BP (launched only when padded)
         const int ldb = (N + 31) & ~31;
         const int n = ((int)get_group_id(1) - a_groups) * 32 + tx;
@@ -201,6 +223,35 @@ inline void cp_async_wait_stages(void) {
     asm volatile("cp.async.wait_group %0;\n" :: "n"(STAGES - 2) : "memory");
 }
 
+#if A_PREPASS
+// A^T's float4 chunks of the tile at depth k0 into the stage at a_dst_.
+#define ISSUE_A(a_dst_, k0, full_)                                                                \
+    _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                        \
+        if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK) {                                     \
+            const int in_ = (full_) || (k0) + a_r0 + i_ * A_ROWS < K;                             \
+            cp_async_16(a_dst_ + i_ * THREADS * 16, in_ ? a_src + i_ * a_rows : AT,               \
+                        in_ ? a_bytes : 0);                                                       \
+        }
+#else
+// A's elements of the tile at depth k0, 4 bytes each, transposed into the stage at a_dst_;
+// guards only in the grid's last tile row or a ragged last tile (both uniform).
+#define ISSUE_A(a_dst_, k0, full_)                                                                \
+    if (a_full_m && (full_)) {                                                                    \
+        _Pragma("unroll") for (int p_ = 0; p_ < A_PASSES_M; p_++)                                 \
+            _Pragma("unroll") for (int q_ = 0; q_ < A_PASSES_K; q_++)                             \
+                cp_async_4(a_dst_ + (q_ * A_LANES_K * BM + p_ * A_ROWS_PASS) * 4,                 \
+                           a_src + p_ * a_rows + q_ * A_LANES_K, 4);                              \
+    } else {                                                                                      \
+        _Pragma("unroll") for (int p_ = 0; p_ < A_PASSES_M; p_++)                                 \
+            _Pragma("unroll") for (int q_ = 0; q_ < A_PASSES_K; q_++) {                           \
+                const int in_ = a_r + p_ * A_ROWS_PASS < a_rows_left                              \
+                                && (k0) + a_k + q_ * A_LANES_K < K;                               \
+                cp_async_4(a_dst_ + (q_ * A_LANES_K * BM + p_ * A_ROWS_PASS) * 4,                 \
+                           in_ ? a_src + p_ * a_rows + q_ * A_LANES_K : A, in_ ? 4 : 0);          \
+            }                                                                                     \
+    }
+#endif
+
 // Issues the copies of the tile at depth k0 into stage s (as matmul_9.cu's issue_tile), then
 // advances the pointers. A tile wholly inside K takes the branch without row guards; a chunk
 // outside AT or B gets src-size 0 and a pointer that is inside.
@@ -209,12 +260,7 @@ inline void cp_async_wait_stages(void) {
         const uint a_dst_ = a_dst0 + (s) * (BK * BM * 4);                                         \
         const uint b_dst_ = b_dst0 + (s) * (BK * BN * 4);                                         \
         const int full_ = (k0) + BK <= K;  /* uniform */                                          \
-        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                    \
-            if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK) {                                 \
-                const int in_ = full_ || (k0) + a_r0 + i_ * A_ROWS < K;                           \
-                cp_async_16(a_dst_ + i_ * THREADS * 16, in_ ? a_src + i_ * a_rows : AT,           \
-                            in_ ? a_bytes : 0);                                                   \
-            }                                                                                     \
+        ISSUE_A(a_dst_, k0, full_);                                                               \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++)                                    \
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
                 const int in_ = full_ || (k0) + b_r0 + i_ * B_ROWS < K;                           \
@@ -235,18 +281,43 @@ inline void cp_async_wait_stages(void) {
 #endif
 
 #if !CP_ASYNC
+#if A_PREPASS
+// A^T's float4 chunks of the tile at depth k0 into a_st (zeros outside).
+#define LOAD_A(k0, full_)                                                                         \
+    _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                      \
+        a_st[i_] = (float4)(0.0f);                                                                \
+        if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK)                                       \
+            if (a_in && ((full_) || (k0) + a_r0 + i_ * A_ROWS < K))                               \
+                a_st[i_] = *((const __global float4*)(a_src + i_ * a_rows));                      \
+    }
+// ... stored as float4s at chunk f = tid + i*THREADS of stage s.
+#define STORE_A(s)                                                                                \
+    _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                        \
+        if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK)                                       \
+            *((__local float4*)&As[s][a_r0 + i_ * A_ROWS][a_cl]) = a_st[i_];
+#else
+// A's elements of the tile at depth k0 into a_st (zeros outside A) ...
+#define LOAD_A(k0, full_)                                                                         \
+    _Pragma("unroll") for (int p_ = 0; p_ < A_PASSES_M; p_++)                                     \
+        _Pragma("unroll") for (int q_ = 0; q_ < A_PASSES_K; q_++) {                               \
+            const int in_ = (a_full_m || a_r + p_ * A_ROWS_PASS < a_rows_left)                    \
+                            && ((full_) || (k0) + a_k + q_ * A_LANES_K < K);                      \
+            a_st[p_ * A_PASSES_K + q_] = in_ ? a_src[p_ * a_rows + q_ * A_LANES_K] : 0.0f;        \
+        }
+// ... transposed into stage s: row a_r + p*A_ROWS_PASS, depth a_k + q*A_LANES_K, swizzled.
+#define STORE_A(s)                                                                                \
+    _Pragma("unroll") for (int p_ = 0; p_ < A_PASSES_M; p_++)                                     \
+        _Pragma("unroll") for (int q_ = 0; q_ < A_PASSES_K; q_++)                                 \
+            As[s][a_k + q_ * A_LANES_K][a_row_sw + p_ * A_ROWS_PASS] = a_st[p_ * A_PASSES_K + q_];
+#endif
+
 // Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside), then
 // the pointers advance by BK rows. Chunk i of this work-item is i*A_ROWS (B_ROWS) rows below
 // its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch.
 #define LOAD_TILE(k0)                                                                             \
     do {                                                                                          \
         const int full_ = (k0) + BK <= K;  /* uniform */                                          \
-        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++) {                                  \
-            a_st[i_] = (float4)(0.0f);                                                            \
-            if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK)                                   \
-                if (a_in && (full_ || (k0) + a_r0 + i_ * A_ROWS < K))                             \
-                    a_st[i_] = *((const __global float4*)(a_src + i_ * a_rows));                  \
-        }                                                                                         \
+        LOAD_A(k0, full_);                                                                        \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
             b_st[i_] = (float4)(0.0f);                                                            \
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
@@ -271,9 +342,7 @@ inline void cp_async_wait_stages(void) {
 // (f % (W/4))*4, i.e. float f*4 of the stage (the CUDA cp.async destinations).
 #define STORE_TILE(s)                                                                             \
     do {                                                                                          \
-        _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                    \
-            if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK)                                   \
-                *((__local float4*)&As[s][a_r0 + i_ * A_ROWS][a_cl]) = a_st[i_];         \
+        STORE_A(s);                                                                               \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++)                                    \
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK)                                   \
                 *((__local float4*)&Bs[s][b_r0 + i_ * B_ROWS][b_cl]) = b_st[i_];         \
@@ -281,24 +350,25 @@ inline void cp_async_wait_stages(void) {
 
 #endif
 
-// Reads the fragments of step k from local stage s into a_f[TM], b_f[TN]: float4 loads.
-#define READ_FRAGMENTS(a_f, b_f, s, k)                                                            \
+// Reads the fragments of step kc + kk from local stage s into a_f[TM], b_f[TN]: float4 loads.
+// kk is a constant of the unrolled code and kc a multiple of A_SWIZZLES, so kk picks the swizzle.
+#define READ_FRAGMENTS(a_f, b_f, s, kc, kk)                                                       \
     do {                                                                                          \
         _Pragma("unroll") for (int i_ = 0; i_ < SUB_M; i_++) {                                    \
-            const float4 v_ = *((const __local float4*)&As[s][k][m_base + i_ * SUB_M_STRIDE]);    \
+            const float4 v_ = *((const __local float4*)&As[s][(kc) + (kk)][a_col[(kk) % A_SWIZZLES] + i_ * SUB_M_STRIDE]); \
             a_f[4 * i_] = v_.x; a_f[4 * i_ + 1] = v_.y; a_f[4 * i_ + 2] = v_.z; a_f[4 * i_ + 3] = v_.w; \
         }                                                                                         \
         _Pragma("unroll") for (int j_ = 0; j_ < SUB_N; j_++) {                                    \
-            const float4 v_ = *((const __local float4*)&Bs[s][k][n_base + j_ * SUB_N_STRIDE]);    \
+            const float4 v_ = *((const __local float4*)&Bs[s][(kc) + (kk)][n_base + j_ * SUB_N_STRIDE]); \
             b_f[4 * j_] = v_.x; b_f[4 * j_ + 1] = v_.y; b_f[4 * j_ + 2] = v_.z; b_f[4 * j_ + 3] = v_.w; \
         }                                                                                         \
     } while (0)
 
 __kernel __attribute__((reqd_work_group_size(THREADS, 1, 1)))
-void matmul_9(const int M, const int N, const int K,
+void matmul_9(const int M, const int N, const int K, const __global float* A,
               const __global float* AT, const __global float* B, const __global float* BP,
               __global float* C) {
-    __local float As[NSTAGE][BK][BM] __attribute__((aligned(16)));  // A^T tiles: [k][m]
+    __local float As[NSTAGE][BK][BM] __attribute__((aligned(16)));  // A^T tiles: [k][m ^ A_SWIZZLE(k)]
     __local float Bs[NSTAGE][BK][BN] __attribute__((aligned(16)));  // B tiles: [k][n]
 
     const int tid = get_local_id(0);
@@ -341,30 +411,54 @@ void matmul_9(const int M, const int N, const int K,
     // column (f % (W/4))*4: this work-item's column, i*A_ROWS (B_ROWS) rows further down. One
     // pointer per operand, clamped to its row start when the column is outside, advances by BK
     // rows per tile.
+#if A_PREPASS
     const int a_r0 = tid / (BM / 4);
     const int a_cl = (tid % (BM / 4)) * 4;  // column within the tile
     const int a_c = block_row + a_cl;
     const int a_in = a_c < ldt;
+    const __global float* a_src = AT + (size_t)a_r0 * ldt + (a_in ? a_c : 0);
+    const size_t a_step = (size_t)BK * ldt;
+    const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
+#else
+    // A in place (matmul_9.cu has the layout): this work-item copies depth a_k (+ A_LANES_K * q)
+    // of tile rows a_r (+ A_ROWS_PASS * p); rows are guarded only in the grid's last tile row.
+    const int a_k = tid % A_LANES_K;
+    const int a_r = tid / A_LANES_K;
+    const int a_row_sw = a_r ^ A_SWIZZLE(a_k);  // its local row, swizzled
+    const int a_rows_left = M - block_row;  // rows of A from the tile's first
+    const int a_full_m = a_rows_left >= BM;
+    const __global float* a_src = A + (size_t)(block_row + (a_r < a_rows_left ? a_r : 0)) * K + a_k;
+    const size_t a_step = BK;
+    const size_t a_rows = (size_t)A_ROWS_PASS * K;  // floats between passes p and p+1
+#endif
+    int a_col[A_SWIZZLES];  // this work-item's first column at steps k with k % A_SWIZZLES == c
+#pragma unroll
+    for (int c = 0; c < A_SWIZZLES; c++) a_col[c] = m_base ^ A_SWIZZLE(c);
     const int b_r0 = tid / (BN / 4);
     const int b_cl = (tid % (BN / 4)) * 4;
     const int b_c = block_col + b_cl;
-    const __global float* a_src = AT + (size_t)a_r0 * ldt + (a_in ? a_c : 0);
     const __global float* b_src = b_base + (size_t)b_r0 * ldb + (b_c < ldb ? b_c : 0);
-    const size_t a_step = (size_t)BK * ldt;
     const size_t b_step = (size_t)BK * ldb;
-    const size_t a_rows = (size_t)A_ROWS * ldt;  // floats between chunks i and i+1 of A^T
     const size_t b_rows = (size_t)B_ROWS * ldb;
 
 #if CP_ASYNC
     // Shared-window addresses of this work-item's first chunk in stage 0 (float tid*4 of a
     // stage); a __local pointer's integer value is that address. Column guards are fixed per
     // work-item: a chunk outside gets src-size 0 (16 zero bytes).
+#if A_PREPASS
     const uint a_dst0 = (uint)(size_t)&As[0][0][0] + tid * 16;
-    const uint b_dst0 = (uint)(size_t)&Bs[0][0][0] + tid * 16;
     const int a_bytes = a_in ? 16 : 0;
+#else
+    const uint a_dst0 = (uint)(size_t)&As[0][0][0] + (a_k * BM + a_row_sw) * 4;
+#endif
+    const uint b_dst0 = (uint)(size_t)&Bs[0][0][0] + tid * 16;
     const int b_bytes = b_c < ldb ? 16 : 0;
 #else
+#if A_PREPASS
     float4 a_st[A_LOADS];  // the next tile, in flight from global memory
+#else
+    float a_st[A_PASSES_M * A_PASSES_K];
+#endif
     float4 b_st[B_LOADS];
 #endif
     float acc[TM][TN];
@@ -390,7 +484,7 @@ void matmul_9(const int M, const int N, const int K,
     STORE_TILE(0);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
-    READ_FRAGMENTS(a_frag[0], b_frag[0], 0, 0);
+    READ_FRAGMENTS(a_frag[0], b_frag[0], 0, 0, 0);
 
     int cur = 0;  // stage of tile t
     int next = NSTAGE > 1 ? 1 : 0;  // stage of tile t+1
@@ -409,30 +503,32 @@ void matmul_9(const int M, const int N, const int K,
 #endif
 
         // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
+        // 3. Step BK-1: tile t+1 lands in stage next, barrier, its k=0 fragments into set 0
+        //    (BK is even, so step BK-1 uses set 1), FMA.
+        // In chunks of KU unrolled steps; with KU < BK the chunks are trips of a loop that is
+        // not unrolled and step BK-1's branch is taken in the last trip only (uniform).
+#pragma unroll 1
+        for (int kc = 0; kc < BK; kc += KU) {
 #pragma unroll
-        for (int k = 0; k < BK - 1; k++) {
-            READ_FRAGMENTS(a_frag[(k + 1) % 2], b_frag[(k + 1) % 2], cur, k + 1);
-#pragma unroll
-            for (int i = 0; i < TM; i++)
-#pragma unroll
-                for (int j = 0; j < TN; j++)
-                    acc[i][j] = fma(a_frag[k % 2][i], b_frag[k % 2][j], acc[i][j]);
-        }
-        // 3. Step BK-1: tile t+1 lands in stage next, barrier, its k=0 fragments into set 0.
-        if (has_next) {
+            for (int kk = 0; kk < KU; kk++) {
+                if (kk < KU - 1 || kc + KU < BK) {
+                    READ_FRAGMENTS(a_frag[(kk + 1) % 2], b_frag[(kk + 1) % 2], cur, kc, kk + 1);
+                } else if (has_next) {
 #if CP_ASYNC
-            cp_async_wait_stages();  // this work-item's copies of tile t+1 have landed
+                    cp_async_wait_stages();  // this work-item's copies of tile t+1 have landed
 #else
-            STORE_TILE(next);
+                    STORE_TILE(next);
 #endif
-            barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
-            READ_FRAGMENTS(a_frag[0], b_frag[0], next, 0);
+                    barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
+                    READ_FRAGMENTS(a_frag[0], b_frag[0], next, 0, 0);
+                }
+#pragma unroll
+                for (int i = 0; i < TM; i++)
+#pragma unroll
+                    for (int j = 0; j < TN; j++)
+                        acc[i][j] = fma(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
+            }
         }
-#pragma unroll
-        for (int i = 0; i < TM; i++)
-#pragma unroll
-            for (int j = 0; j < TN; j++)
-                acc[i][j] = fma(a_frag[(BK - 1) % 2][i], b_frag[(BK - 1) % 2][j], acc[i][j]);
 #if CP_ASYNC
         fill = cur;
 #endif
