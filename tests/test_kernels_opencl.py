@@ -59,6 +59,17 @@ def test_matmul_9_reading_a_in_place_matches_float64(cpu_backend, params):
         assert result.rel_error < 1e-5
 
 
+@pytest.mark.parametrize("params", [{"K_UNROLL": 4}, {"K_UNROLL": 8},
+                                    {"K_UNROLL": 8, "BK": 32, "BN": 64, "STAGES": 2},
+                                    {"K_UNROLL": 4, "A_PREPASS": 0}], ids=_ids)
+def test_matmul_9_steps_in_chunks_match_float64(cpu_backend, params):
+    """K_UNROLL < BK: a tile's steps as a loop of unrolled chunks, the barrier in the last trip."""
+    for size in [(1, 1, 1), (130, 67, 41), (64, 128, 96)]:
+        result = _run(cpu_backend, "matmul_9", params, size)
+        assert result.passed, f"chunks {params} at {size}: {result.detail}"
+        assert result.rel_error < 1e-5
+
+
 @pytest.mark.parametrize("name,params", [(n, p) for n in MOVE_KERNELS for p in variant_params(n)],
                          ids=lambda v: _ids(v) if isinstance(v, dict) else v)
 def test_copy_and_transpose_kernels_are_bit_exact(cpu_backend, name, params):
