@@ -48,6 +48,23 @@ def test_matmul_9_takes_128x32_tiles_where_they_fill_the_sms_in_one_wave(backend
     assert (cfg.kernel.params.BM, cfg.kernel.params.BN) == tile
 
 
+@pytest.mark.parametrize("sizes, tile", [
+    (["size=1024"], (128, 64, 3)),  # 8 x 16 = 128 work-groups of 128x64: one wave
+    (["size=768"], (128, 64, 3)), (["size=896"], (128, 64, 3)),
+    (["shape=1000x1030x999"], (128, 32, 2)),  # 8 x 17 = 136 of 128x64 would be two waves
+    (["size=1280"], (64, 64, 3)),  # 200 of 128x64, 400 of 128x32 (past 264): 64x64
+    (["size=512"], (64, 64, 3)),  # 32 of 128x64: too few
+])
+def test_matmul_9_in_opencl_takes_128x64_tiles_in_one_wave_and_128x32_ones_with_2_stages(sizes,
+                                                                                          tile):
+    cfg = compose_config("kernel=matmul_9", "backend=opencl", *sizes)
+    rule = apply_size_rules(cfg, set())
+    params = cfg.kernel.params
+    assert (params.BM, params.BN, params.STAGES) == tile, rule
+    if tile[:2] == (128, 64):
+        assert (params.WM, params.WN, params.TM, params.TN) == (64, 32, 8, 8)
+
+
 @pytest.mark.parametrize("shape, block_n", [("square_1024", 64), ("m=512", 64),
                                              ("1000x1030x999", 128), ("square_2048", 128)])
 def test_matmul_12_halves_its_tile_only_where_that_still_takes_one_wave(shape, block_n):
