@@ -4,7 +4,7 @@ import re
 
 import pytest
 
-from conftest import KERNEL_NAMES, all_param_combinations, compose_config, kernel_yaml
+from conftest import KERNEL_NAMES, compose_config, constrained_param_combinations, kernel_yaml
 from runner.errors import RunError
 from runner.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
 from runner.spec import ProblemSize, plan_kernel
@@ -42,7 +42,7 @@ def test_each_constraint_refuses_with_its_reason(name):
     constraints = kernel_yaml(name).get("constraints", [])
     for constraint in constraints:
         others = [c for c in constraints if c is not constraint]
-        for params in all_param_combinations(name):
+        for params in constrained_param_combinations(name):
             names = {**params, "M": 64, "N": 64, "K": 64}
             if not holds(constraint, names) and all(holds(c, names) for c in others):
                 with pytest.raises(RunError, match=re.escape(constraint["reason"])):
