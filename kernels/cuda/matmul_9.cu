@@ -48,8 +48,9 @@
 //    along k, transposed into a stage whose rows are swizzled (bits 2-3 of m XOR 4*(k % 4)) so
 //    that a warp's stores hit 16 banks and the float4 fragment reads stay whole. It saves the
 //    pre-pass (1.3% of the time at 4096, 2.7% at 2048) but costs far more: 85.9% against 92.4%,
-//    63.8% against 93.3% at 1000x1030x999. Four times as many copy instructions for A, each
-//    moving 4 bytes (the tensor-core steps lose as much where K % 4 != 0 sends A that way).
+//    63.8% against 93.3% at 1000x1030x999; likely (not profiled) the four times as many copy
+//    instructions for A, each moving 4 bytes (the tensor-core steps lose as much where
+//    K % 4 != 0 sends A that way).
 //    K_UNROLL < BK runs a tile's steps as a loop of K_UNROLL-step chunks instead of one
 //    unrolled block: the loop's machine code shrinks from 2387 instructions to 1345 (8) or 809
 //    (4), and ncu's instruction-fetch stalls with it (0.13 -> 0.03 per issue), but the issue
