@@ -6,6 +6,9 @@ from rich.markup import escape
 from runner.execute import RunOutcome
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
+# Tables in a log or a pipe, as wide as they need: rich clamps print(width=...) to the
+# console's own width, which is 80 where stdout is not a terminal.
+log_console = Console(stderr=False, highlight=False, soft_wrap=True, width=240)
 error_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 

@@ -244,7 +244,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
                         parent_run_id: str, uri: str, overhead: Optional[float] = None) -> None:
     from rich.table import Table
 
-    from runner.summary import console
+    from runner.summary import console, log_console
 
     table = Table(title=f"{parent_name}: best configuration per kernel and size",
                   title_justify="left")
@@ -260,7 +260,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
         table.add_row(*row, *(["cached" if _status(run) == "cached" else ""] if any_cached
                               else []))
     if summary.best:  # in a log or a pipe, as wide as the table needs rather than 80 columns
-        console.print(table, width=None if console.is_terminal else 240)
+        (console if console.is_terminal else log_console).print(table)
     console.print(summary.counts_line(expected) + (
         f"; {overhead:.2f} s per job beyond the kernels' own work" if overhead is not None
         else ""))

@@ -21,10 +21,11 @@ from runner.sweep import expected_jobs, sweep_definition
 QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0"]
 
 
-def sweep(cwd: Path, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+def sweep(cwd: Path, *overrides: str, timeout: int = 600,
+          columns: str = "200") -> subprocess.CompletedProcess:
     done = subprocess.run([sys.executable, "-m", "runner", "-m", *QUICK, *overrides], cwd=cwd,
                           capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, "COLUMNS": "200"})
+                          env={**os.environ, "COLUMNS": columns})
     assert done.returncode == 0, done.stderr[-3000:]
     return done
 
@@ -73,6 +74,16 @@ def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
     assert "2 × refused: matmul_2: TS=12 is not an allowed value" in Path(failures).read_text()
     assert "best configuration per kernel and size" in done.stdout
     assert "4/4 jobs: 2 measured, 0 cached (measured before), 2 refused" in done.stdout
+
+
+def test_the_sweep_summary_keeps_its_tiling_column_in_a_narrow_pipe(tmp_path):
+    """Piped with 80 columns, the best-configuration table is as wide as it needs: the row
+    names the kernel and its whole tiling (rich used to squeeze the tiling column to nothing)."""
+    done = sweep(tmp_path, "kernel=matmul_3", "size=32", "kernel.params.WPT=2,4",
+                 f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", columns="80")
+    rows = [line for line in done.stdout.splitlines() if line.startswith("│")]  # the table's
+    assert len(rows) == 1 and "matmul_3" in rows[0], done.stdout[-2000:]
+    assert "TS=" in rows[0] and "WPT=" in rows[0], done.stdout[-2000:]
 
 
 def test_the_compare_view_gets_knobs_not_the_spec(tmp_path):
