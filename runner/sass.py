@@ -93,9 +93,11 @@ def parse_sass(text: str) -> dict[str, list[Instruction]]:
 
 
 def main_loop(instructions: list[Instruction]) -> Optional[list[Instruction]]:
-    """The body of the loop that holds the most FFMAs (then the most shared and global memory
-    instructions): the instructions from a backward branch's target to the branch. None when
-    the function has no backward branch."""
+    """The body of the loop that holds the most FFMAs, the shortest of those (a kernel that runs
+    its steady iterations through an unguarded copy of the body and its last ones through a
+    guarded copy has two such loops, and the unguarded one is hot); without FFMAs, the loop
+    with the most shared and global memory instructions. The instructions from a backward
+    branch's target to the branch; None when the function has no backward branch."""
     best, best_key = None, None
     addresses = [i.address for i in instructions]  # ascending
     for index, branch in enumerate(instructions):
@@ -103,8 +105,9 @@ def main_loop(instructions: list[Instruction]) -> Optional[list[Instruction]]:
             continue  # forward, or the `BRA` to itself that pads a function's end
         body = instructions[bisect.bisect_left(addresses, branch.target):index + 1]
         counts = Counter(i.base for i in body)
-        key = (counts["FFMA"] + counts["FFMA32I"],
-               counts["LDS"] + counts["LDG"] + counts["LDGSTS"] + counts["STS"], -len(body))
+        ffma = counts["FFMA"] + counts["FFMA32I"]
+        memory = counts["LDS"] + counts["LDG"] + counts["LDGSTS"] + counts["STS"]
+        key = (ffma, -len(body), memory) if ffma else (0, memory, -len(body))
         if best_key is None or key > best_key:
             best, best_key = body, key
     return best

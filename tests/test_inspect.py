@@ -127,6 +127,32 @@ def test_the_sass_reader_counts_the_loop_and_the_bank_rule():
     assert ffma_bank_conflicts(instructions) == 2
 
 
+TWO_LOOPS = """
+        .text.k:
+.L_x_0:
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R8], desc[UR4][R2.64] ;
+        /*0010*/                   FFMA R10, R5, R6, R10 ;
+        /*0020*/                   FFMA R12, R5, R7, R12 ;
+        /*0030*/              @P0 BRA `(.L_x_0) ;
+.L_x_1:
+        /*0040*/                   ISETP.GE.AND P1, PT, R4, R9, PT ;
+        /*0050*/                   SEL R2, R2, RZ, P1 ;
+        /*0060*/                   LDGSTS.E.BYPASS.128 [R8], desc[UR4][R2.64] ;
+        /*0070*/                   LDGSTS.E.BYPASS.128 [R8+0x10], desc[UR4][R2.64+0x10] ;
+        /*0080*/                   FFMA R10, R5, R6, R10 ;
+        /*0090*/                   FFMA R12, R5, R7, R12 ;
+        /*00a0*/              @P1 BRA `(.L_x_1) ;
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_the_main_loop_is_the_shortest_of_the_loops_with_the_most_ffmas():
+    # A steady, unguarded copy of a loop body and a guarded copy for the last iterations: the
+    # same FFMAs, and the guarded one has more copies and instructions but is not the hot one.
+    loop = main_loop(parse_sass(TWO_LOOPS)["k"])
+    assert [i.address for i in loop] == [0x00, 0x10, 0x20, 0x30]
+
+
 @pytest.mark.parametrize("target", [["backend=cuda", "backend.compile_only_cc=75"],
                                     ["backend=opencl", "backend.device_type=cpu"]],
                          ids=["sm_75", "cpu"])
