@@ -482,49 +482,13 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     __syncthreads();
     READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0, b_rd0, 0);
 
-    // Iteration t (tile t in stage cur). A steady iteration issues a whole tile (issue_whole_tile)
-    // and is followed by another tile, so its body has no branch at all: one basic block, which
-    // ptxas schedules and allocates as one (the guarded body's branches split it where the tiles
-    // meet, and ptxas then moved about a fifth of the accumulators between registers there).
-    // The last STAGES-1 iterations (more with a ragged tile, all of them off the fast loader's
-    // conditions) run the guarded body. `steady` is a constant in each call: two copies.
-    int cur = 0;               // stage of tile t
-    int fill = STAGES - 1;     // stage of tile t + STAGES - 1 (= stage of tile t-1)
-    auto iteration = [&](const int t, const bool steady) {
-        // 1. Tile t+STAGES-1 into the stage tile t-1 used (everyone passed B(t-1) since reading it).
-        if (steady) issue_whole_tile(fill);
-        else if (t + STAGES - 1 < num_tiles) issue_tile(fill, (t + STAGES - 1) * BK);
-        cp_async_commit();
-        const int next = cur + 1 == STAGES ? 0 : cur + 1;  // stage of tile t+1
-        const float* const a_rd = a_rd0 + cur * (BK * BM);
-        const float* const b_rd = b_rd0 + cur * (BK * BN);
-
-        // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
-        // 3. Step BK-1: wait for tile t+1, barrier, its k=0 fragments into set 0, FMA.
-        // The steps run in chunks of KU, unrolled; with KU < BK the chunks are trips of a loop
-        // that is not unrolled, and the last step's branch is taken in the last trip only
-        // (uniform). kc is a multiple of KU (even, and of A_SWIZZLES), so step kc + kk has kk's
-        // fragment set and swizzle, and only the chunk's stage pointers move. KU = BK: one trip,
-        // the whole tile unrolled with constant offsets.
-#pragma unroll 1
-        for (int kc = 0; kc < BK; kc += KU) {
-            const float* const a_chunk = a_rd + kc * BM;
-            const float* const b_chunk = b_rd + kc * BN;
-#pragma unroll
-            for (int kk = 0; kk < KU; kk++) {
-                if (kk < KU - 1 || kc + KU < BK) {
-                    READ_FRAGMENTS(a_frag[(kk + 1) % 2], b_frag[(kk + 1) % 2], a_chunk, b_chunk, kk + 1);
-                } else if (steady || t + 1 < num_tiles) {  // step BK-1; uniform across the block
-                    cp_async_wait_stages();  // this thread's copies of tile t+1 have landed
-                    __syncthreads();         // B(t): everyone's have; the one barrier per tile
-                    READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0 + next * (BK * BM), b_rd0 + next * (BK * BN), 0);
-                }
-                FMA_STEP(a_frag[kk % 2], b_frag[kk % 2]);
-            }
-        }
-        fill = cur;
-        cur = next;
-    };
+    // The tile loop runs in two phases, the steady one first. A steady iteration issues a whole
+    // tile (issue_whole_tile) and is followed by another tile, so its body has no branch at all:
+    // one basic block, which ptxas schedules and allocates as one (the guarded body's branches
+    // split it where the tiles meet, and ptxas then moved about a fifth of the accumulators
+    // between registers there). The last STAGES-1 iterations (all of them when a tile may need
+    // guards: B's 4-byte path, A's last tile row in place) run the guarded body; a ragged last
+    // tile is among them. The phase loop is unrolled, so `steady` is a constant in each copy.
 #if A_PREPASS
     const int whole_loads = b_vec;  // the fast loader's conditions, uniform for the block
 #else
@@ -532,9 +496,49 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
 #endif
     // Iterations whose issued tile, t + STAGES - 1, is whole: K / BK - (STAGES - 1) of them.
     const int steady_tiles = whole_loads ? max(K / BK - (STAGES - 1), 0) : 0;
+    int cur = 0;               // stage of tile t
+    int fill = STAGES - 1;     // stage of tile t + STAGES - 1 (= stage of tile t-1)
     int t = 0;
-    for (; t < steady_tiles; t++) iteration(t, true);
-    for (; t < num_tiles; t++) iteration(t, false);
+#pragma unroll
+    for (int phase = 0; phase < 2; phase++) {
+        const bool steady = phase == 0;
+        const int phase_end = steady ? steady_tiles : num_tiles;
+        for (; t < phase_end; t++) {
+            // 1. Tile t+STAGES-1 into the stage tile t-1 used (everyone passed B(t-1) since reading it).
+            if (steady) issue_whole_tile(fill);
+            else if (t + STAGES - 1 < num_tiles) issue_tile(fill, (t + STAGES - 1) * BK);
+            cp_async_commit();
+            const int next = cur + 1 == STAGES ? 0 : cur + 1;  // stage of tile t+1
+            const float* const a_rd = a_rd0 + cur * (BK * BM);
+            const float* const b_rd = b_rd0 + cur * (BK * BN);
+
+            // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
+            // 3. Step BK-1: wait for tile t+1, barrier, its k=0 fragments into set 0, FMA.
+            // The steps run in chunks of KU, unrolled; with KU < BK the chunks are trips of a
+            // loop that is not unrolled, and the last step's branch is taken in the last trip
+            // only (uniform). kc is a multiple of KU (even, and of A_SWIZZLES), so step kc + kk
+            // has kk's fragment set and swizzle, and only the chunk's stage pointers move.
+            // KU = BK: one trip, the whole tile unrolled with constant offsets.
+#pragma unroll 1
+            for (int kc = 0; kc < BK; kc += KU) {
+                const float* const a_chunk = a_rd + kc * BM;
+                const float* const b_chunk = b_rd + kc * BN;
+#pragma unroll
+                for (int kk = 0; kk < KU; kk++) {
+                    if (kk < KU - 1 || kc + KU < BK) {
+                        READ_FRAGMENTS(a_frag[(kk + 1) % 2], b_frag[(kk + 1) % 2], a_chunk, b_chunk, kk + 1);
+                    } else if (steady || t + 1 < num_tiles) {  // step BK-1; uniform across the block
+                        cp_async_wait_stages();  // this thread's copies of tile t+1 have landed
+                        __syncthreads();         // B(t): everyone's have; the one barrier per tile
+                        READ_FRAGMENTS(a_frag[0], b_frag[0], a_rd0 + next * (BK * BM), b_rd0 + next * (BK * BN), 0);
+                    }
+                    FMA_STEP(a_frag[kk % 2], b_frag[kk % 2]);
+                }
+            }
+            fill = cur;
+            cur = next;
+        }
+    }
 
     // Epilogue: each row of each 4x4 block as one float4 store.
 #pragma unroll

@@ -41,6 +41,10 @@
 //    offsets, column guards fixed per work-item, and row guards (k < K) that only a ragged
 //    last tile needs (full tiles skip them). Far fewer integer instructions per tile beside
 //    the FMAs than recomputing rows, columns, guards and addresses for every chunk.
+//  - A steady loop without branches, as in the CUDA source: every iteration but the last
+//    NSTAGE-1 (all of them when a tile may need guards) loads a whole tile and is followed by
+//    another, so it runs a copy of the loop body with no guard and no branch; the rest run the
+//    guarded copy. The CUDA source says what the branches cost where the tiles meet.
 //  - Grouped work-group order (GROUP): group (x, y) is renumbered so that consecutive
 //    work-groups walk down columns of GROUP tile rows, sharing A^T and B panels in L2
 //    (GROUP = 1 keeps the row-by-row order).
@@ -225,7 +229,7 @@ inline void cp_async_wait_stages(void) {
 
 #if A_PREPASS
 // A^T's float4 chunks of the tile at depth k0 into the stage at a_dst_.
-#define ISSUE_A(a_dst_, k0, full_)                                                                \
+#define ISSUE_A(a_dst_, k0, full_, whole_)                                                        \
     _Pragma("unroll") for (int i_ = 0; i_ < A_LOADS; i_++)                                        \
         if (A_F4 % THREADS == 0 || a_r0 + i_ * A_ROWS < BK) {                                     \
             const int in_ = (full_) || (k0) + a_r0 + i_ * A_ROWS < K;                             \
@@ -235,8 +239,8 @@ inline void cp_async_wait_stages(void) {
 #else
 // A's elements of the tile at depth k0, 4 bytes each, transposed into the stage at a_dst_;
 // guards only in the grid's last tile row or a ragged last tile (both uniform).
-#define ISSUE_A(a_dst_, k0, full_)                                                                \
-    if (a_full_m && (full_)) {                                                                    \
+#define ISSUE_A(a_dst_, k0, full_, whole_)                                                        \
+    if ((whole_) || (a_full_m && (full_))) {                                                      \
         _Pragma("unroll") for (int p_ = 0; p_ < A_PASSES_M; p_++)                                 \
             _Pragma("unroll") for (int q_ = 0; q_ < A_PASSES_K; q_++)                             \
                 cp_async_4(a_dst_ + (q_ * A_LANES_K * BM + p_ * A_ROWS_PASS) * 4,                 \
@@ -252,19 +256,21 @@ inline void cp_async_wait_stages(void) {
     }
 #endif
 
-// Issues the copies of the tile at depth k0 into stage s (as matmul_9.cu's issue_tile), then
-// advances the pointers. A tile wholly inside K takes the branch without row guards; a chunk
-// outside AT or B gets src-size 0 and a pointer that is inside.
-#define ISSUE_TILE(s, k0)                                                                         \
+// Issues the copies of the tile at depth k0 into stage s (as matmul_9.cu's issue_tile and, with
+// whole_ = 1, issue_whole_tile), then advances the pointers. A tile wholly inside K takes the
+// branch without row guards; a chunk outside AT or B gets src-size 0 and a pointer that is
+// inside. whole_ (a constant): the tile is whole, B's rows are float4s and A in place is inside
+// M, so no guard and no branch is left.
+#define ISSUE_TILE(s, k0, whole_)                                                                 \
     do {                                                                                          \
         const uint a_dst_ = a_dst0 + (s) * (BK * BM * 4);                                         \
         const uint b_dst_ = b_dst0 + (s) * (BK * BN * 4);                                         \
-        const int full_ = (k0) + BK <= K;  /* uniform */                                          \
-        ISSUE_A(a_dst_, k0, full_);                                                               \
+        const int full_ = (whole_) || (k0) + BK <= K;  /* uniform */                              \
+        ISSUE_A(a_dst_, k0, full_, whole_);                                                       \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++)                                    \
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
                 const int in_ = full_ || (k0) + b_r0 + i_ * B_ROWS < K;                           \
-                if (b_vec) {                                                                      \
+                if ((whole_) || b_vec) {                                                          \
                     cp_async_16(b_dst_ + i_ * THREADS * 16, in_ ? b_src + i_ * b_rows : b_base,   \
                                 in_ ? b_bytes : 0);                                               \
                 } else {  /* rows not 16-byte aligned: four guarded 4-byte copies */              \
@@ -313,17 +319,18 @@ inline void cp_async_wait_stages(void) {
 
 // Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside), then
 // the pointers advance by BK rows. Chunk i of this work-item is i*A_ROWS (B_ROWS) rows below
-// its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch.
-#define LOAD_TILE(k0)                                                                             \
+// its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch;
+// whole_ (a constant) as in ISSUE_TILE.
+#define LOAD_TILE(k0, whole_)                                                                     \
     do {                                                                                          \
-        const int full_ = (k0) + BK <= K;  /* uniform */                                          \
+        const int full_ = (whole_) || (k0) + BK <= K;  /* uniform */                              \
         LOAD_A(k0, full_);                                                                        \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
             b_st[i_] = (float4)(0.0f);                                                            \
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
                 if (full_ || (k0) + b_r0 + i_ * B_ROWS < K) {                                     \
                     const __global float* p_ = b_src + i_ * b_rows;                               \
-                    if (b_vec) {                                                                  \
+                    if ((whole_) || b_vec) {                                                      \
                         if (b_c < ldb) b_st[i_] = *((const __global float4*)p_);                  \
                     } else {                                                                      \
                         if (b_c < ldb) b_st[i_].x = p_[0];                                        \
@@ -474,66 +481,86 @@ void matmul_9(const int M, const int N, const int K, const __global float* A,
     // wait for tile 0, barrier, its k=0 fragments into set 0.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
-        if (s < num_tiles) ISSUE_TILE(s, s * BK);
+        if (s < num_tiles) ISSUE_TILE(s, s * BK, 0);
         cp_async_commit();
     }
     cp_async_wait_stages();
 #else
     // Prologue: tile 0 into stage 0, then its k=0 fragments into set 0.
-    LOAD_TILE(0);
+    LOAD_TILE(0, 0);
     STORE_TILE(0);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
     READ_FRAGMENTS(a_frag[0], b_frag[0], 0, 0, 0);
 
+    // The tile loop runs in two phases, the steady one first (as in matmul_9.cu). A steady
+    // iteration loads a whole tile (whole_ = 1) and is followed by another tile, so its body has
+    // no branch at all; the last NSTAGE-1 iterations (all of them when a tile may need guards:
+    // B's 4-byte path, A's last tile row in place) run the guarded body, a ragged last tile
+    // among them. The phase loop is unrolled, so `steady` is a constant in each copy.
+#if A_PREPASS
+    const int whole_loads = b_vec;  // the unguarded loader's conditions, uniform
+#else
+    const int whole_loads = b_vec && a_full_m;
+#endif
+    // Iterations whose loaded tile, t + NSTAGE - 1, is whole: K / BK - (NSTAGE - 1) of them.
+    const int steady_tiles = whole_loads ? max(K / BK - (NSTAGE - 1), 0) : 0;
     int cur = 0;  // stage of tile t
     int next = NSTAGE > 1 ? 1 : 0;  // stage of tile t+1
 #if CP_ASYNC
     int fill = STAGES - 1;  // stage tile t+STAGES-1 goes to: (t-1) % STAGES
 #endif
-    for (int t = 0; t < num_tiles; t++) {
-        const int has_next = t + 1 < num_tiles;  // uniform across the work-group
-        // 1. Tile t+STAGES-1 (cp.async) or t+1 (registers) in flight while steps 0 .. BK-2
-        //    compute; the issue advances a_src, b_src.
+    int t = 0;
+#pragma unroll
+    for (int phase = 0; phase < 2; phase++) {
+        const int steady = phase == 0;
+        const int phase_end = steady ? steady_tiles : num_tiles;
+        for (; t < phase_end; t++) {
+            const int has_next = steady || t + 1 < num_tiles;  // uniform across the work-group
+            // 1. Tile t+STAGES-1 (cp.async) or t+1 (registers) in flight while steps 0 .. BK-2
+            //    compute; the issue advances a_src, b_src.
 #if CP_ASYNC
-        if (t + STAGES - 1 < num_tiles) ISSUE_TILE(fill, (t + STAGES - 1) * BK);
-        cp_async_commit();  // empty past the end: group g stays tile g
+            if (steady) ISSUE_TILE(fill, (t + STAGES - 1) * BK, 1);
+            else if (t + STAGES - 1 < num_tiles) ISSUE_TILE(fill, (t + STAGES - 1) * BK, 0);
+            cp_async_commit();  // empty past the end: group g stays tile g
 #else
-        if (has_next) LOAD_TILE((t + 1) * BK);
+            if (steady) LOAD_TILE((t + 1) * BK, 1);
+            else if (has_next) LOAD_TILE((t + 1) * BK, 0);
 #endif
 
-        // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
-        // 3. Step BK-1: tile t+1 lands in stage next, barrier, its k=0 fragments into set 0
-        //    (BK is even, so step BK-1 uses set 1), FMA.
-        // In chunks of KU unrolled steps; with KU < BK the chunks are trips of a loop that is
-        // not unrolled and step BK-1's branch is taken in the last trip only (uniform).
+            // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
+            // 3. Step BK-1: tile t+1 lands in stage next, barrier, its k=0 fragments into set 0
+            //    (BK is even, so step BK-1 uses set 1), FMA.
+            // In chunks of KU unrolled steps; with KU < BK the chunks are trips of a loop that
+            // is not unrolled and step BK-1's branch is taken in the last trip only (uniform).
 #pragma unroll 1
-        for (int kc = 0; kc < BK; kc += KU) {
+            for (int kc = 0; kc < BK; kc += KU) {
 #pragma unroll
-            for (int kk = 0; kk < KU; kk++) {
-                if (kk < KU - 1 || kc + KU < BK) {
-                    READ_FRAGMENTS(a_frag[(kk + 1) % 2], b_frag[(kk + 1) % 2], cur, kc, kk + 1);
-                } else if (has_next) {
+                for (int kk = 0; kk < KU; kk++) {
+                    if (kk < KU - 1 || kc + KU < BK) {
+                        READ_FRAGMENTS(a_frag[(kk + 1) % 2], b_frag[(kk + 1) % 2], cur, kc, kk + 1);
+                    } else if (has_next) {
 #if CP_ASYNC
-                    cp_async_wait_stages();  // this work-item's copies of tile t+1 have landed
+                        cp_async_wait_stages();  // this work-item's copies of tile t+1 have landed
 #else
-                    STORE_TILE(next);
+                        STORE_TILE(next);
 #endif
-                    barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
-                    READ_FRAGMENTS(a_frag[0], b_frag[0], next, 0, 0);
+                        barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
+                        READ_FRAGMENTS(a_frag[0], b_frag[0], next, 0, 0);
+                    }
+#pragma unroll
+                    for (int i = 0; i < TM; i++)
+#pragma unroll
+                        for (int j = 0; j < TN; j++)
+                            acc[i][j] = fma(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
                 }
-#pragma unroll
-                for (int i = 0; i < TM; i++)
-#pragma unroll
-                    for (int j = 0; j < TN; j++)
-                        acc[i][j] = fma(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
             }
-        }
 #if CP_ASYNC
-        fill = cur;
+            fill = cur;
 #endif
-        cur = next;
-        next = next + 1 == NSTAGE ? 0 : next + 1;
+            cur = next;
+            next = next + 1 == NSTAGE ? 0 : next + 1;
+        }
     }
 
     // Epilogue: each row of each 4x4 block as one float4 store.
