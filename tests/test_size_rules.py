@@ -35,33 +35,23 @@ def test_matmul_9_in_opencl_takes_a_shallower_tile_where_128x128x16_would_not_fi
 
 
 @pytest.mark.parametrize("backend, sizes, tile", [
-    ("cuda", ["shape=1000x1030x999"], (128, 32)),  # 8 x 33 = 264 blocks: two on each SM
-    ("cuda", ["size=1024"], (128, 32)), ("cuda", ["size=768"], (128, 32)),
-    ("cuda", ["size=512"], (64, 64)),  # 64 blocks either way: 64x64 has more warps
-    ("cuda", ["shape=square_2048"], (128, 128)),
-    ("opencl", ["shape=1000x1030x999"], (128, 32)), ("opencl", ["size=512"], (64, 64)),
-    ("opencl", ["shape=square_2048"], (128, 128)),
+    ("cuda", ["shape=1000x1030x999"], (128, 32, 8, 4)),  # 8 x 33 = 264 blocks: two on each SM
+    ("cuda", ["size=1024"], (128, 64, 8, 3)),  # 8 x 16 = 128 blocks of 128x64: one wave
+    ("cuda", ["size=768"], (128, 64, 8, 3)), ("cuda", ["size=896"], (128, 64, 8, 3)),
+    ("cuda", ["size=1280"], (64, 64, 16, 3)),  # 200 of 128x64, 400 of 128x32 (past 264): 64x64
+    ("cuda", ["size=512"], (64, 64, 16, 3)),  # 64 blocks either way: 64x64 has more warps
+    ("cuda", ["shape=square_2048"], (128, 128, 16, 3)),
+    ("opencl", ["shape=1000x1030x999"], (128, 32, 8, 4)),  # 136 of 128x64 would be two waves
+    ("opencl", ["size=1024"], (128, 64, 8, 3)), ("opencl", ["size=768"], (128, 64, 8, 3)),
+    ("opencl", ["size=512"], (64, 64, 16, 3)),
+    ("opencl", ["shape=square_2048"], (128, 128, 8, 3)),
 ])
-def test_matmul_9_takes_128x32_tiles_where_they_fill_the_sms_in_one_wave(backend, sizes, tile):
+def test_matmul_9_takes_tiles_that_fill_the_sms_in_one_wave(backend, sizes, tile):
     cfg = compose_config("kernel=matmul_9", f"backend={backend}", *sizes)
-    apply_size_rules(cfg, set())
-    assert (cfg.kernel.params.BM, cfg.kernel.params.BN) == tile
-
-
-@pytest.mark.parametrize("sizes, tile", [
-    (["size=1024"], (128, 64, 3)),  # 8 x 16 = 128 work-groups of 128x64: one wave
-    (["size=768"], (128, 64, 3)), (["size=896"], (128, 64, 3)),
-    (["shape=1000x1030x999"], (128, 32, 2)),  # 8 x 17 = 136 of 128x64 would be two waves
-    (["size=1280"], (64, 64, 3)),  # 200 of 128x64, 400 of 128x32 (past 264): 64x64
-    (["size=512"], (64, 64, 3)),  # 32 of 128x64: too few
-])
-def test_matmul_9_in_opencl_takes_128x64_tiles_in_one_wave_and_128x32_ones_with_2_stages(sizes,
-                                                                                          tile):
-    cfg = compose_config("kernel=matmul_9", "backend=opencl", *sizes)
     rule = apply_size_rules(cfg, set())
     params = cfg.kernel.params
-    assert (params.BM, params.BN, params.STAGES) == tile, rule
-    if tile[:2] == (128, 64):
+    assert (params.BM, params.BN, params.BK, params.STAGES) == tile, rule
+    if tile[:2] in ((128, 64), (128, 32)):
         assert (params.WM, params.WN, params.TM, params.TN) == (64, 32, 8, 8)
 
 
