@@ -139,6 +139,23 @@ def test_matmul_9_cp_async_ring_of_any_depth_is_correct(store, backend, size, st
     assert ring_bytes <= held <= ring_bytes + 16, "STAGES tiles (NVIDIA's OpenCL adds 16 bytes)"
 
 
+@pytest.mark.parametrize("pad_b", [1, 0])
+@pytest.mark.parametrize("k", [16, 24, 25, 64])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_matmul_9_steady_and_guarded_iterations_meet_correctly(store, backend, k, pad_b):
+    """The tile loop's steady copy (whole tiles, no guards) runs K // BK - (STAGES - 1)
+    iterations and the guarded copy the rest: none (K = 16 is 2 tiles of 8 with 3 stages), one
+    steady iteration before the tail with and without a ragged tile (24, 25), several (64); with
+    N % 4 != 0 and PAD_B = 0, B's 4-byte copies keep every iteration in the guarded copy."""
+    cfg = compose_config("kernel=matmul_9", *backend, "m=130", "n=67", f"k={k}",
+                         "kernel.params.BK=8", "kernel.params.STAGES=3",
+                         f"kernel.params.PAD_B={pad_b}", "kernel.size_rules=[]",
+                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    metrics = _recorded(store).data.metrics
+    assert metrics["check/passed"] == 1.0 and metrics["check/rel_error"] < 5e-6
+
+
 @pytest.mark.parametrize("k_unroll", [16, 4])
 @pytest.mark.parametrize("a_prepass", [0, 1])
 @pytest.mark.parametrize("tiling", [["kernel.params.BK=8"],  # 3 stages of 16 exceed OpenCL's 48 KiB
