@@ -30,12 +30,16 @@ console = Console(highlight=False, soft_wrap=True)
 
 
 def compose(overrides: list[str]):
-    """The config `python -m runner <overrides>` would run with."""
+    """The config `python -m runner <overrides>` would run with, its kernel's size rules
+    applied as a run applies them; and the rule applied, in words (None when none was)."""
     from hydra import compose as hydra_compose, initialize_config_dir
+
+    from runner.size_rules import apply_size_rules, pinned_params
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=list(overrides))
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
+    return cfg, apply_size_rules(cfg, pinned_params(overrides))
 
 
 def ladders() -> dict[str, list[str]]:
@@ -148,7 +152,7 @@ def run_ladder(name: str, overrides: list[str], out: Path) -> int:
         raise RunError("--ladder sets kernel= itself; leave it off the command line")
     rows, backend, failed, target = [], "", 0, ""
     for step in steps:
-        cfg = compose([*overrides, f"kernel={step}"])
+        cfg, _ = compose([*overrides, f"kernel={step}"])
         backend = cfg.backend.name
         try:
             inspection = inspect_config(cfg)
@@ -162,8 +166,9 @@ def run_ladder(name: str, overrides: list[str], out: Path) -> int:
     text = (f"# The {name} ladder · {backend} · {target}\n\n"
             f"Overrides: `{' '.join(overrides) or '(none)'}`; each step at its own defaults "
             f"otherwise; its files in `{step_folder_pattern(backend)}`. The step's own kernel "
-            "(the last launch); instruction counts are static SASS counts, the loop is the "
-            "main loop (the one with the most FFMAs); `LDS (.128)`: all LDS, and in brackets "
+            "(the last launch), with the size rules a run at the overrides' size would apply; "
+            "instruction counts are static SASS counts, the loop is the main loop (the "
+            "shortest of those with the most FFMAs); `LDS (.128)`: all LDS, and in brackets "
             "the 128-bit ones.\n\n" + markdown_table(LADDER_COLUMNS, rows)
             + f"\n{BANK_RULE}\n")
     out.mkdir(parents=True, exist_ok=True)
@@ -198,10 +203,13 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if args.ladder:
             return run_ladder(args.ladder, args.overrides, args.out)
-        cfg = compose(args.overrides)
+        cfg, size_rule = compose(args.overrides)
         inspection = inspect_config(cfg)
         folder = write_files(inspection, args.out / f"{cfg.kernel.name}-{cfg.backend.name}")
         print_inspection(inspection, folder)
+        if size_rule:
+            console.print(f"  size rule of {cfg.kernel.name} at {cfg.m}x{cfg.n}x{cfg.k}: "
+                          f"{escape(size_rule)}")
         return 0
     except (RunError, HydraException) as error:  # a refused value, a typo in a key
         console.print(f"[bold red]gemmlab inspect: error:[/] {escape(str(error))}")

@@ -286,7 +286,9 @@ def summary_markdown(inspection: Inspection) -> str:
     if any(report.mix is not None for report in inspection.entries):
         text += ["- Instruction counts are static: each SASS instruction of the function once "
                  "(NOPs left out); the main loop is the loop, from a backward branch to its "
-                 "target, that holds the most FFMAs, counted once per trip.",
+                 "target, that holds the most FFMAs (the shortest of those: a steady, "
+                 "unguarded copy of a loop body rather than its guarded copy), counted once "
+                 "per trip.",
                  f"- {BANK_RULE}"]
     return "\n".join(text) + "\n"
 

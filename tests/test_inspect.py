@@ -127,6 +127,23 @@ def test_the_sass_reader_counts_the_loop_and_the_bank_rule():
     assert ffma_bank_conflicts(instructions) == 2
 
 
+def test_inspect_applies_the_size_rules_a_run_would(tmp_path, capfd):
+    """At 4096 NVIDIA's OpenCL takes matmul_9 with BK = 8 (3 stages of 16 do not fit): what
+    is inspected is what runs, unless the command line pins a value the rule sets."""
+    cfg, rule = inspect_cli.compose(["kernel=matmul_9", "backend=opencl", "size=4096"])
+    assert "BK=8" in rule and cfg.kernel.params.BK == 8
+    pinned, none = inspect_cli.compose(["kernel=matmul_9", "backend=opencl", "size=4096",
+                                        "kernel.params.STAGES=2"])
+    assert none is None and (pinned.kernel.params.BK, pinned.kernel.params.STAGES) == (16, 2)
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    assert inspect_cli.main(["--out", str(tmp_path), "kernel=matmul_9", "backend=cuda",
+                             "size=1024"]) == 0
+    out, _ = capfd.readouterr()
+    assert "size rule of matmul_9 at 1024x1024x1024" in out
+    summary = (tmp_path / "matmul_9-cuda" / "summary.md").read_text()
+    assert "Parameters: BM=128 BN=64 BK=8 WM=64 WN=32 TM=8 TN=8 STAGES=3" in summary
+
+
 TWO_LOOPS = """
         .text.k:
 .L_x_0:
