@@ -273,17 +273,12 @@ __device__ __forceinline__ void store4_guarded(float* __restrict__ X, const int 
         }                                                                                         \
     } while (0)
 
-// FMA step: acc += a_f (column) x b_f (row), row by row, odd rows right to left (a snake:
-// each row starts with the B value the last one ended with). The order only steers ptxas'
-// schedule and registers: 64 accumulators moved between registers in the steady loop and 105
-// estimated bank conflicts, against 106 and 154 left to right (sm_90, the defaults).
+// FMA step: acc += a_f (column) x b_f (row).
 #define FMA_STEP(a_f, b_f)                                                                        \
     do {                                                                                          \
         _Pragma("unroll") for (int i_ = 0; i_ < TM; i_++)                                         \
-            _Pragma("unroll") for (int j0_ = 0; j0_ < TN; j0_++) {                                \
-                const int j_ = i_ % 2 ? TN - 1 - j0_ : j0_;                                       \
+            _Pragma("unroll") for (int j_ = 0; j_ < TN; j_++)                                     \
                 acc[i_][j_] = fmaf(a_f[i_], b_f[j_], acc[i_][j_]);                                \
-            }                                                                                     \
     } while (0)
 
 extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)

@@ -548,14 +548,11 @@ void matmul_9(const int M, const int N, const int K, const __global float* A,
                         barrier(CLK_LOCAL_MEM_FENCE);  // B(t): the one barrier per tile
                         READ_FRAGMENTS(a_frag[0], b_frag[0], next, 0, 0);
                     }
-                    // Row by row, odd rows right to left, as matmul_9.cu's FMA_STEP says why.
 #pragma unroll
                     for (int i = 0; i < TM; i++)
 #pragma unroll
-                        for (int j0 = 0; j0 < TN; j0++) {
-                            const int j = i % 2 ? TN - 1 - j0 : j0;
+                        for (int j = 0; j < TN; j++)
                             acc[i][j] = fma(a_frag[kk % 2][i], b_frag[kk % 2][j], acc[i][j]);
-                        }
                 }
             }
 #if CP_ASYNC
