@@ -155,12 +155,31 @@ def ffma_bank_conflicts(instructions: list[Instruction]) -> int:
     return conflicts
 
 
+def ffma_moved_accumulators(instructions: list[Instruction]) -> int:
+    """FFMAs whose destination is not their addend's register: the accumulator moves to another
+    register. ptxas does this where register pressure or a basic-block boundary makes it
+    shuffle; in matmul_9 (H100, ncu) such FFMAs stalled at dispatch 2-5x as often as those that
+    accumulate in place. A count, not a ranking: fewer moves is not always faster."""
+    moved = 0
+    for instruction in instructions:
+        if instruction.base != "FFMA":
+            continue
+        parts = [part.strip() for part in instruction.operands.split(",")]
+        destination = _REGISTER.match(parts[0].replace(" ", "")) if parts else None
+        sources = _source_registers(instruction.operands)
+        if destination and len(sources) == 3 and sources[2][0] is not None \
+                and int(destination.group(1)) != sources[2][0]:
+            moved += 1
+    return moved
+
+
 @dataclass
 class InstructionMix:
     total: int = 0  # every instruction but NOP
     by_opcode: Counter = field(default_factory=Counter)  # base opcode -> count
     widths: dict = field(default_factory=dict)  # "LDS" -> Counter({32: n, 64: n, 128: n})
     bank_conflicts: int = 0
+    moved_accumulators: int = 0
 
     @classmethod
     def of(cls, instructions: list[Instruction]) -> "InstructionMix":
@@ -170,6 +189,7 @@ class InstructionMix:
             if instruction.base in ("LDS", "STS", "LDG", "STG", "LDGSTS", "LDL", "STL"):
                 mix.widths.setdefault(instruction.base, Counter())[instruction.width] += 1
         mix.bank_conflicts = ffma_bank_conflicts(instructions)
+        mix.moved_accumulators = ffma_moved_accumulators(instructions)
         return mix
 
     def count(self, *bases: str) -> int:

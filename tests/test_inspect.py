@@ -7,7 +7,8 @@ from mlflow.tracking import MlflowClient
 from conftest import SGEMM_KERNELS, compose_config
 from runner import inspect as inspect_cli
 from runner.inspection import find_tool
-from runner.sass import InstructionMix, ffma_bank_conflicts, main_loop, parse_sass
+from runner.sass import (InstructionMix, ffma_bank_conflicts, ffma_moved_accumulators,
+                         main_loop, parse_sass)
 
 needs_cuda_tools = pytest.mark.skipif(
     find_tool("nvdisasm", "nvidia-cuda-nvdisasm") is None
@@ -161,6 +162,13 @@ TWO_LOOPS = """
         /*00a0*/              @P1 BRA `(.L_x_1) ;
         /*00b0*/                   EXIT ;
 """
+
+
+def test_ffmas_that_move_their_accumulator_are_counted():
+    # SASS: R10 <- R9, R12 <- R11, R14 <- R9 (all moved); TWO_LOOPS: R10 <- R10, R12 <- R12.
+    assert ffma_moved_accumulators(parse_sass(SASS)["k"]) == 3
+    assert ffma_moved_accumulators(parse_sass(TWO_LOOPS)["k"]) == 0
+    assert InstructionMix.of(parse_sass(SASS)["k"]).moved_accumulators == 3
 
 
 def test_the_main_loop_is_the_shortest_of_the_loops_with_the_most_ffmas():
