@@ -41,10 +41,11 @@
 //    offsets, column guards fixed per work-item, and row guards (k < K) that only a ragged
 //    last tile needs (full tiles skip them). Far fewer integer instructions per tile beside
 //    the FMAs than recomputing rows, columns, guards and addresses for every chunk.
-//  - A steady loop without branches, as in the CUDA source: every iteration but the last
-//    NSTAGE-1 (all of them when a tile may need guards) loads a whole tile and is followed by
-//    another, so it runs a copy of the loop body with no guard and no branch; the rest run the
-//    guarded copy. The CUDA source says what the branches cost where the tiles meet.
+//  - A steady loop without branches, as in the CUDA source (with cp.async): every iteration
+//    but the last STAGES-1 (all of them when a tile may need guards) issues a whole tile and is
+//    followed by another, so it runs a copy of the loop body with no guard and no branch; the
+//    rest run the guarded copy. The CUDA source says what the branches cost where the tiles
+//    meet. The register-staged path keeps one guarded loop (see the loop).
 //  - Grouped work-group order (GROUP): group (x, y) is renumbered so that consecutive
 //    work-groups walk down columns of GROUP tile rows, sharing A^T and B panels in L2
 //    (GROUP = 1 keeps the row-by-row order).
@@ -143,9 +144,11 @@
 #if defined(GEMMLAB_NV_SM) && GEMMLAB_NV_SM >= 80
 #define CP_ASYNC 1                              // cp.async (sm_80+) through inline PTX
 #define NSTAGE STAGES                           // local-memory stages in the ring
+#define PHASES 2                                // the tile loop's steady copy, then its guarded one
 #else
 #define CP_ASYNC 0                              // the next tile staged in registers
 #define NSTAGE 2
+#define PHASES 1                                // the guarded copy only (see the loop)
 #endif
 
 // Pre-pass: AT (K rows of LDT = round_up(M, 32) floats) = A^T, pad columns M .. LDT-1 zero;
@@ -319,18 +322,17 @@ inline void cp_async_wait_stages(void) {
 
 // Global loads of the tile at depth k0 into a_st[A_LOADS], b_st[B_LOADS] (zeros outside), then
 // the pointers advance by BK rows. Chunk i of this work-item is i*A_ROWS (B_ROWS) rows below
-// its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch;
-// whole_ (a constant) as in ISSUE_TILE.
-#define LOAD_TILE(k0, whole_)                                                                     \
+// its first; a tile wholly inside K (all but a ragged last one) takes the unguarded branch.
+#define LOAD_TILE(k0)                                                                             \
     do {                                                                                          \
-        const int full_ = (whole_) || (k0) + BK <= K;  /* uniform */                              \
+        const int full_ = (k0) + BK <= K;  /* uniform */                                          \
         LOAD_A(k0, full_);                                                                        \
         _Pragma("unroll") for (int i_ = 0; i_ < B_LOADS; i_++) {                                  \
             b_st[i_] = (float4)(0.0f);                                                            \
             if (B_F4 % THREADS == 0 || b_r0 + i_ * B_ROWS < BK) {                                 \
                 if (full_ || (k0) + b_r0 + i_ * B_ROWS < K) {                                     \
                     const __global float* p_ = b_src + i_ * b_rows;                               \
-                    if ((whole_) || b_vec) {                                                      \
+                    if (b_vec) {                                                                  \
                         if (b_c < ldb) b_st[i_] = *((const __global float4*)p_);                  \
                     } else {                                                                      \
                         if (b_c < ldb) b_st[i_].x = p_[0];                                        \
@@ -487,24 +489,27 @@ void matmul_9(const int M, const int N, const int K, const __global float* A,
     cp_async_wait_stages();
 #else
     // Prologue: tile 0 into stage 0, then its k=0 fragments into set 0.
-    LOAD_TILE(0, 0);
+    LOAD_TILE(0);
     STORE_TILE(0);
 #endif
     barrier(CLK_LOCAL_MEM_FENCE);
     READ_FRAGMENTS(a_frag[0], b_frag[0], 0, 0, 0);
 
     // The tile loop runs in two phases, the steady one first (as in matmul_9.cu). A steady
-    // iteration loads a whole tile (whole_ = 1) and is followed by another tile, so its body has
-    // no branch at all; the last NSTAGE-1 iterations (all of them when a tile may need guards:
-    // B's 4-byte path, A's last tile row in place) run the guarded body, a ragged last tile
-    // among them. The phase loop is unrolled, so `steady` is a constant in each copy.
+    // iteration issues a whole tile (whole_ = 1) and is followed by another tile, so its body
+    // has no branch at all; the last STAGES-1 iterations (all of them when a tile may need
+    // guards: B's 4-byte path, A's last tile row in place) run the guarded body, a ragged last
+    // tile among them. The phase loop is unrolled, so `steady` is a constant in each copy. The
+    // register-staged path (PHASES = 1) runs the guarded copy only: its devices (CPUs, other
+    // GPUs) were not measured to gain from the split, and PoCL took 60 s instead of 7 to
+    // compile the kernel with two copies of the unrolled body.
 #if A_PREPASS
     const int whole_loads = b_vec;  // the unguarded loader's conditions, uniform
 #else
     const int whole_loads = b_vec && a_full_m;
 #endif
-    // Iterations whose loaded tile, t + NSTAGE - 1, is whole: K / BK - (NSTAGE - 1) of them.
-    const int steady_tiles = whole_loads ? max(K / BK - (NSTAGE - 1), 0) : 0;
+    // Iterations whose issued tile, t + STAGES - 1, is whole: K / BK - (STAGES - 1) of them.
+    const int steady_tiles = PHASES == 2 && whole_loads ? max(K / BK - (NSTAGE - 1), 0) : 0;
     int cur = 0;  // stage of tile t
     int next = NSTAGE > 1 ? 1 : 0;  // stage of tile t+1
 #if CP_ASYNC
@@ -512,7 +517,7 @@ void matmul_9(const int M, const int N, const int K, const __global float* A,
 #endif
     int t = 0;
 #pragma unroll
-    for (int phase = 0; phase < 2; phase++) {
+    for (int phase = 2 - PHASES; phase < 2; phase++) {
         const int steady = phase == 0;
         const int phase_end = steady ? steady_tiles : num_tiles;
         for (; t < phase_end; t++) {
@@ -524,8 +529,7 @@ void matmul_9(const int M, const int N, const int K, const __global float* A,
             else if (t + STAGES - 1 < num_tiles) ISSUE_TILE(fill, (t + STAGES - 1) * BK, 0);
             cp_async_commit();  // empty past the end: group g stays tile g
 #else
-            if (steady) LOAD_TILE((t + 1) * BK, 1);
-            else if (has_next) LOAD_TILE((t + 1) * BK, 0);
+            if (has_next) LOAD_TILE((t + 1) * BK);
 #endif
 
             // 2. Steps k = 0 .. BK-2: read the fragments of step k+1, FMA step k.
