@@ -187,6 +187,24 @@ def test_matmul_9_with_and_without_the_a_pre_pass_is_correct(store, backend, siz
     assert recorded.data.tags["timing.launches"] == expected
 
 
+@pytest.mark.parametrize("tiling", [(64, 8), (64, 16), (32, 8), (16, 4)], ids=lambda t: f"{t[0]}x{t[1]}")
+@pytest.mark.parametrize("shape", [(8191, 8193), (1000, 1030), (1024, 1027), (203, 261)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_transpose_5_ragged_float4_interior_is_bit_exact(store, backend, shape, tiling):
+    """transpose_5's ragged path moves float4s in interior tiles (aligned float4 loads that
+    cover each src row's TILE floats from any alignment, float4 stores from each dst row's
+    sector boundary) and single floats on the edges: rows starting at every alignment, with the
+    8-row halo (M odd) and without it (M % 8 == 0), at several tile shapes."""
+    m, n = shape
+    tile, stride = tiling
+    cfg = compose_config("kernel=transpose_5", *backend, f"m={m}", f"n={n}",
+                         f"kernel.params.TILE={tile}", f"kernel.params.STRIDE={stride}",
+                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    assert _recorded(store).data.metrics["check/passed"] == 1.0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
     cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",
