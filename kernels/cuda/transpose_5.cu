@@ -41,17 +41,22 @@
 //   8 rows, loaded only when some s > 0, that is unless M % 8 == 0, TILE % 8 == 0 and dst is
 //   sector-aligned), as HT = TILE + 8 floats per src column in rows of RP = HT + 1 floats
 //   (odd: a warp writing one src row, 32 consecutive columns, hits 32 distinct banks; a warp
-//   reading a dst row reads consecutive floats).
+//   reading a dst row reads consecutive floats; the interior's float4 moves below step 4
+//   floats apart and so share banks a few ways).
 //   Interior tiles (not on the right edge, not in the last tile row, src 16-byte aligned) move
 //   float4s both ways: tile row rr is read as the Q + 1 aligned float4s that cover its TILE
 //   floats from wherever the row starts (the components outside are dropped), and each dst
 //   row's TILE columns, starting on a sector boundary, are written as Q aligned float4s
 //   gathered from four consecutive tile floats. All loads of a thread are issued before any
 //   store. Tiles on an edge move element by element, guarding each.
-//   (Before: element by element everywhere, unguarded in the interior, 0.92x of the device
-//   copy at 8191x8193 on an H100, 60% of issue slots busy under Nsight Compute against the
-//   vector path's 15%; earlier still, element by element with dst columns [by, by + TILE):
-//   0.73x; and before that the vector path's 4x4 blocks with a guard per element: 0.64x.)
+//   Measured on an H100 against element by element everywhere (same run, x the device copy):
+//   1000x1030 1.00 -> 1.04-1.09 (CUDA), 0.93-0.95 -> 0.97-0.99 (OpenCL); 8191x8193 0.92 -> 0.91
+//   (CUDA), 0.91 -> 0.91 (OpenCL):
+//   issue slots busy fell from 60% to 19% (Nsight Compute), but that shape is held by L2 and
+//   DRAM traffic (83% and 79% busy, before and after), which the halo and the rows starting
+//   off a sector set, not the instruction count.
+//   (Earlier: element by element with dst columns [by, by + TILE): 0.73x at 8191x8193; before
+//   that, the vector path's 4x4 blocks with a guard per element: 0.64x.)
 // The barrier is outside every guard and branch, so all threads reach it. Offsets are
 // computed in size_t, so M*N may exceed 2^31.
 
