@@ -41,6 +41,8 @@ class ConstraintConfig:
 class SizeRuleConfig:
     when: str = MISSING  # expression over M, N, K
     params: Dict[str, int] = field(default_factory=dict)  # tiling values used when it holds
+    # A register cap for these values (null: none); left out, the kernel's own max_registers.
+    max_registers: Optional[int] = MISSING
     reason: str = MISSING  # one line: why these values at these sizes (recorded with the run)
 
 

@@ -82,6 +82,29 @@ def test_a_tile_value_on_the_command_line_keeps_the_whole_shape_as_given():
     assert (cfg.kernel.params.BM, cfg.kernel.params.TM) == (128, 8)
 
 
+def test_matmul_9_caps_registers_where_that_measured_faster_and_the_128x64_rule_does_not():
+    """An explicit cap changes how ptxas allocates even where it does not bind: the 128x128
+    tile ran faster with 255, the 128x64 tile slower (conf/kernel/matmul_9.yaml)."""
+    large = compose_config("kernel=matmul_9", "backend=cuda", "shape=square_4096")
+    assert apply_size_rules(large, set()) is None and large.kernel.max_registers == 255
+    narrow = compose_config("kernel=matmul_9", "backend=cuda", "shape=1000x1030x999")
+    assert "max_registers" not in apply_size_rules(narrow, set())  # the kernel's cap stays
+    assert narrow.kernel.max_registers == 255
+    one_wave = compose_config("kernel=matmul_9", "backend=cuda", "size=1024")
+    assert "max_registers=None" in apply_size_rules(one_wave, set())
+    assert one_wave.kernel.max_registers is None
+    assert plan_kernel(one_wave.kernel, ProblemSize(1024, 1024, 1024)).max_registers is None
+
+
+def test_a_register_cap_on_the_command_line_stays_under_a_rule_that_sets_one():
+    overrides = ["kernel=matmul_9", "backend=cuda", "size=1024", "kernel.max_registers=200"]
+    cfg = compose_config(*overrides)
+    pinned = pinned_params(overrides)
+    assert pinned == {"max_registers"}
+    assert "BN=64" in apply_size_rules(cfg, pinned)  # the tile shape still follows the rule
+    assert cfg.kernel.max_registers == 200 and cfg.kernel.params.BN == 64
+
+
 def test_rules_can_be_turned_off():
     cfg = compose_config("kernel=matmul_9", "size=1024", "kernel.size_rules=[]")
     assert apply_size_rules(cfg, set()) is None and cfg.kernel.params.BM == 128
