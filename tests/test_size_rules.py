@@ -82,7 +82,7 @@ def test_a_tile_value_on_the_command_line_keeps_the_whole_shape_as_given():
     assert (cfg.kernel.params.BM, cfg.kernel.params.TM) == (128, 8)
 
 
-def test_matmul_9_caps_registers_where_that_measured_faster_and_the_128x64_rule_does_not():
+def test_matmul_9_caps_registers_where_that_measured_faster_and_the_small_tiles_do_not():
     """An explicit cap changes how ptxas allocates even where it does not bind: the 128x128
     tile ran faster with 255, the 128x64 tile slower (conf/kernel/matmul_9.yaml)."""
     large = compose_config("kernel=matmul_9", "backend=cuda", "shape=square_4096")
@@ -94,6 +94,8 @@ def test_matmul_9_caps_registers_where_that_measured_faster_and_the_128x64_rule_
     assert "max_registers=None" in apply_size_rules(one_wave, set())
     assert one_wave.kernel.max_registers is None
     assert plan_kernel(one_wave.kernel, ProblemSize(1024, 1024, 1024)).max_registers is None
+    small = compose_config("kernel=matmul_9", "backend=cuda", "size=512")  # 64x64 tiles
+    assert "max_registers=None" in apply_size_rules(small, set())
 
 
 def test_a_register_cap_on_the_command_line_stays_under_a_rule_that_sets_one():
