@@ -107,6 +107,16 @@ def test_a_register_cap_on_the_command_line_stays_under_a_rule_that_sets_one():
     assert cfg.kernel.max_registers == 200 and cfg.kernel.params.BN == 64
 
 
+@pytest.mark.parametrize("shape, tile, cap", [
+    ("8191x8193", 64, 255), ("1000x1030", 32, 255),  # the ragged path: capped
+    ("square_8192", 64, None), ("square_1024", 32, None),  # the vector path: not
+])
+def test_transpose_5_caps_registers_on_its_ragged_path_only(shape, tile, cap):
+    cfg = compose_config("kernel=transpose_5", "backend=cuda", f"shape={shape}")
+    apply_size_rules(cfg, set())
+    assert (cfg.kernel.params.TILE, cfg.kernel.max_registers) == (tile, cap)
+
+
 def test_rules_can_be_turned_off():
     cfg = compose_config("kernel=matmul_9", "size=1024", "kernel.size_rules=[]")
     assert apply_size_rules(cfg, set()) is None and cfg.kernel.params.BM == 128
