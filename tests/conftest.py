@@ -38,9 +38,19 @@ def kernel_yaml(name: str) -> dict:
 NVIDIA_ONLY_KERNELS = [n for n in KERNEL_NAMES if kernel_yaml(n).get("requires_compute_capability")]
 PORTABLE_KERNELS = [n for n in KERNEL_NAMES if n not in NVIDIA_ONLY_KERNELS]
 PORTABLE_SGEMM_KERNELS = [n for n in SGEMM_KERNELS if n not in NVIDIA_ONLY_KERNELS]
+def _rule_overrides(rule: dict) -> list[str]:
+    """A size rule's values as overrides: its parameters, and its register cap if it sets one
+    (a cap changes what ptxas builds even where it does not bind)."""
+    overrides = [f"kernel.params.{k}={v}" for k, v in rule["params"].items()]
+    if "max_registers" in rule:
+        cap = rule["max_registers"]
+        overrides.append(f"kernel.max_registers={'null' if cap is None else cap}")
+    return overrides
+
+
 # Every size rule a CUDA run can take (kernel, index in its size_rules; OpenCL-only rules left
-# out) and the parameter overrides it sets: the tile shapes runs compile besides the defaults.
-CUDA_SIZE_RULES = {(name, index): [f"kernel.params.{k}={v}" for k, v in rule["params"].items()]
+# out) and the overrides it sets: the programs runs compile besides the defaults.
+CUDA_SIZE_RULES = {(name, index): _rule_overrides(rule)
                    for name in KERNEL_NAMES
                    for index, rule in enumerate(kernel_yaml(name).get("size_rules") or [])
                    if "backend == 'opencl'" not in rule["when"]}

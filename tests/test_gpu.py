@@ -205,6 +205,21 @@ def test_transpose_5_ragged_float4_interior_is_bit_exact(store, backend, shape, 
     assert _recorded(store).data.metrics["check/passed"] == 1.0
 
 
+@pytest.mark.parametrize("shape", [(8191, 8193), (1000, 1030), (203, 261)],
+                         ids=lambda s: f"{s[0]}x{s[1]}")
+@requires_cuda_gpu
+def test_transpose_5_ragged_path_under_its_register_cap_is_bit_exact(store, shape):
+    """On the ragged path the size rules add a register cap of 255 in CUDA, which makes ptxas
+    build another program (144 registers instead of 56 at 64x8): that program, as runs take it."""
+    m, n = shape
+    cfg = compose_config("kernel=transpose_5", "backend=cuda", f"m={m}", f"n={n}",
+                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    assert recorded.data.params["kernel.max_registers"] == "255"
+    assert recorded.data.metrics["check/passed"] == 1.0
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
     cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",
