@@ -57,6 +57,10 @@
 //   off a sector set, not the instruction count.
 //   (Earlier: element by element with dst columns [by, by + TILE): 0.73x at 8191x8193; before
 //   that, the vector path's 4x4 blocks with a guard per element: 0.64x.)
+//   The size rules build the ragged path with a register cap of 255 (conf/kernel/transpose_5.yaml):
+//   it binds nothing, but the compiler then allocates 144 registers instead of 56, 3 groups
+//   fit an SM instead of 9, and the same traffic from fewer tiles at once ran faster on an
+//   H100 (8191x8193 0.91 -> 0.93x, both backends); the vector path was slower with it.
 // The barrier is outside every guard and branch, so all threads reach it. Offsets are
 // computed in size_t, so M*N may exceed 2^31.
 

@@ -211,8 +211,10 @@ class OpenCLBackend(Backend):
                 major, minor = self._info.compute_capability.split(".")
                 options.append(f"-DGEMMLAB_NV_SM={int(major) * 10 + int(minor)}")
             if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag.
-                # Driver 580 accepts it but does not apply it (H100: matmul_8 kept 173
-                # registers under caps 96..255); the separate-word form is refused outright.
+                # Driver 580 does not force a cap below what a kernel takes (H100: matmul_8
+                # kept 173 registers under caps 96..255), but it hands the cap to ptxas, which
+                # allocates differently under it (transpose_5's ragged path: 56 registers
+                # without, 144 with 255); the separate-word form is refused outright.
                 options.append(f"-cl-nv-maxrregcount={int(max_registers)}")
         program = cl.Program(self.context, source)
         try:
