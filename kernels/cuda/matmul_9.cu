@@ -364,16 +364,29 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     const size_t b_rows = (size_t)B_ROWS * ldb;
     const unsigned b_dst0 = shared_address(&Bs[0][0][0]) + tid * 16;
 
+    // The float4 copies of a tile that lies inside K: A^T's (with the pre-pass) and B's.
+#if A_PREPASS
+    auto issue_whole_a = [&](const unsigned a_dst) {
+#pragma unroll
+        for (int i = 0; i < A_LOADS; i++)
+            if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK)
+                cp_async_16(a_dst + i * THREADS * 16, a_src + i * a_rows, a_bytes);
+    };
+#endif
+    auto issue_whole_b = [&](const unsigned b_dst) {
+#pragma unroll
+        for (int i = 0; i < B_LOADS; i++)
+            if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK)
+                cp_async_16(b_dst + i * THREADS * 16, b_src + i * b_rows, b_bytes);
+    };
+
     // Issues the copies of a whole tile (inside K, B copied as float4s, and with A read in place
     // inside M) into stage s, then advances the pointers: no guards, no branches.
     auto issue_whole_tile = [&](const int s) {
         const unsigned a_dst = a_dst0 + s * (BK * BM * 4);
         const unsigned b_dst = b_dst0 + s * (BK * BN * 4);
 #if A_PREPASS
-#pragma unroll
-        for (int i = 0; i < A_LOADS; i++)
-            if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK)
-                cp_async_16(a_dst + i * THREADS * 16, a_src + i * a_rows, a_bytes);
+        issue_whole_a(a_dst);
 #else
 #pragma unroll
         for (int p = 0; p < A_PASSES_M; p++)
@@ -382,10 +395,7 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
                 cp_async_4(a_dst + (q * A_LANES_K * BM + p * A_ROWS_PASS) * 4,
                            a_src + p * a_rows + q * A_LANES_K, 4);
 #endif
-#pragma unroll
-        for (int i = 0; i < B_LOADS; i++)
-            if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK)
-                cp_async_16(b_dst + i * THREADS * 16, b_src + i * b_rows, b_bytes);
+        issue_whole_b(b_dst);
         a_src += a_step;
         b_src += b_step;
     };
@@ -397,17 +407,9 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
         const unsigned b_dst = b_dst0 + s * (BK * BN * 4);
         if (k0 + BK <= K) {
 #if A_PREPASS
-#pragma unroll
-            for (int i = 0; i < A_LOADS; i++)
-                if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK)
-                    cp_async_16(a_dst + i * THREADS * 16, a_src + i * a_rows, a_bytes);
+            issue_whole_a(a_dst);
 #endif
-            if (b_vec) {
-#pragma unroll
-                for (int i = 0; i < B_LOADS; i++)
-                    if (B_F4 % THREADS == 0 || b_r0 + i * B_ROWS < BK)
-                        cp_async_16(b_dst + i * THREADS * 16, b_src + i * b_rows, b_bytes);
-            }
+            if (b_vec) issue_whole_b(b_dst);
         } else {
 #if A_PREPASS
 #pragma unroll
