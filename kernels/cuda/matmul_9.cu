@@ -364,15 +364,23 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     const size_t b_rows = (size_t)B_ROWS * ldb;
     const unsigned b_dst0 = shared_address(&Bs[0][0][0]) + tid * 16;
 
-    // The float4 copies of a tile that lies inside K: A^T's (with the pre-pass) and B's.
-#if A_PREPASS
+    // The unguarded copies of a tile that lies inside K (and, A read in place, inside M): A^T's
+    // float4s with the pre-pass, A's 4-byte copies without it, and B's float4s.
     auto issue_whole_a = [&](const unsigned a_dst) {
+#if A_PREPASS
 #pragma unroll
         for (int i = 0; i < A_LOADS; i++)
             if (A_F4 % THREADS == 0 || a_r0 + i * A_ROWS < BK)
                 cp_async_16(a_dst + i * THREADS * 16, a_src + i * a_rows, a_bytes);
-    };
+#else
+#pragma unroll
+        for (int p = 0; p < A_PASSES_M; p++)
+#pragma unroll
+            for (int q = 0; q < A_PASSES_K; q++)
+                cp_async_4(a_dst + (q * A_LANES_K * BM + p * A_ROWS_PASS) * 4,
+                           a_src + p * a_rows + q * A_LANES_K, 4);
 #endif
+    };
     auto issue_whole_b = [&](const unsigned b_dst) {
 #pragma unroll
         for (int i = 0; i < B_LOADS; i++)
@@ -385,16 +393,7 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     auto issue_whole_tile = [&](const int s) {
         const unsigned a_dst = a_dst0 + s * (BK * BM * 4);
         const unsigned b_dst = b_dst0 + s * (BK * BN * 4);
-#if A_PREPASS
         issue_whole_a(a_dst);
-#else
-#pragma unroll
-        for (int p = 0; p < A_PASSES_M; p++)
-#pragma unroll
-            for (int q = 0; q < A_PASSES_K; q++)
-                cp_async_4(a_dst + (q * A_LANES_K * BM + p * A_ROWS_PASS) * 4,
-                           a_src + p * a_rows + q * A_LANES_K, 4);
-#endif
         issue_whole_b(b_dst);
         a_src += a_step;
         b_src += b_step;
@@ -430,12 +429,7 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
         }
 #if !A_PREPASS
         if (a_full_m && k0 + BK <= K) {  // uniform: every copy inside A
-#pragma unroll
-            for (int p = 0; p < A_PASSES_M; p++)
-#pragma unroll
-                for (int q = 0; q < A_PASSES_K; q++)
-                    cp_async_4(a_dst + (q * A_LANES_K * BM + p * A_ROWS_PASS) * 4,
-                               a_src + p * a_rows + q * A_LANES_K, 4);
+            issue_whole_a(a_dst);
         } else {  // the grid's last tile row or a ragged last tile: zeros outside A
 #pragma unroll
             for (int p = 0; p < A_PASSES_M; p++)
