@@ -38,6 +38,8 @@ def kernel_yaml(name: str) -> dict:
 NVIDIA_ONLY_KERNELS = [n for n in KERNEL_NAMES if kernel_yaml(n).get("requires_compute_capability")]
 PORTABLE_KERNELS = [n for n in KERNEL_NAMES if n not in NVIDIA_ONLY_KERNELS]
 PORTABLE_SGEMM_KERNELS = [n for n in SGEMM_KERNELS if n not in NVIDIA_ONLY_KERNELS]
+
+
 def _rule_overrides(rule: dict) -> list[str]:
     """A size rule's values as overrides: its parameters, and its register cap if it sets one
     (a cap changes what ptxas builds even where it does not bind)."""
