@@ -151,3 +151,19 @@ def test_a_run_records_the_rule_it_applied_and_the_values_it_ran_with(tmp_path):
     assert recorded.data.tags["kernel.size_rule"].startswith("ceil_div(M, 128) * ceil_div(N, 128)")
     assert recorded.data.params["kernel.params.BM"] == "64"
     assert recorded.data.params["kernel.params.TM"] == "4"
+
+
+@pytest.mark.parametrize("shape, compact", [("square_4096", 0), ("4097x4095x4093", 1),
+                                            ("1000x1030x999", 1), ("m=4096 n=4095 k=4096", 1),
+                                            ("m=4096 n=4096 k=4095", 1)])
+def test_matmul_11_keeps_a_compact_copy_plan_where_a_copy_path_is_ragged(shape, compact):
+    """CUDA's matmul_11 copies A (K % 4 != 0) or B (N % 4 != 0) by guarded 4-byte copies on
+    ragged shapes, which ran far faster with the compact copy plan; OpenCL's own rule wins
+    there (it has no plan)."""
+    sizes = shape.split() if shape.startswith("m=") else [f"shape={shape}"]
+    cfg = compose_config("kernel=matmul_11", "backend=cuda", *sizes)
+    rule = apply_size_rules(cfg, set())
+    assert cfg.kernel.params.COMPACT_PLAN == compact and (rule is not None) == bool(compact)
+    opencl = compose_config("kernel=matmul_11", "backend=opencl", *sizes)
+    assert "backend == 'opencl'" in apply_size_rules(opencl, set())
+    assert opencl.kernel.params.COMPACT_PLAN == 0

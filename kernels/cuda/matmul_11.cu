@@ -79,6 +79,10 @@
 #define KCHUNK 1  // 8-deep steps whose products the tensor cores sum before the rounding FADD
 #endif
 
+#ifndef COMPACT_PLAN
+#define COMPACT_PLAN 0  // 1: the copy plan keeps the first load's addresses and a bit per load
+#endif
+
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 0  // CUDA: blocks per SM for __launch_bounds__ (0: from a register estimate)
 #endif
@@ -155,19 +159,32 @@ __device__ __forceinline__ void mma_tf32(float* d, const unsigned* a, const unsi
 }
 
 // What one thread copies of every A and B tile, worked out once before the k loop (per tile
-// only the depth k0 changes): each 16-byte chunk's source at k0 = 0, whether its row of A or
-// its columns of B lie inside the matrix, its column of A or row of B, and its byte offset in a
-// stage. Chunks past the tile (when the tile has fewer chunks than THREADS * LOADS) are never
-// copied. Sources of rows or columns outside are clamped into the matrix, never dereferenced.
+// only the depth k0 changes). Chunks past the tile (when the tile has fewer chunks than
+// THREADS * LOADS) are never copied, and sources outside the matrix are never dereferenced.
+// Two ways to keep it (COMPACT_PLAN), each answering the same questions about load i: its
+// source at k0 = 0 (a_src, b_src), its byte offset in a stage (a_dst, b_dst), its column of A or
+// row of B (a_col, b_row), whether its row of A lies inside (a_row_in), and how many columns of
+// B are left in the matrix from its first (b_col_end).
+#if COMPACT_PLAN == 0
+// Every load's own answers, in registers: the fewest instructions per tile, but at 255
+// registers ptxas spills part of the plan (52 bytes).
 struct CopyPlan {
-    const float* a_src[A_LOADS];
-    unsigned a_dst[A_LOADS];
-    int a_col[A_LOADS];
-    bool a_row_in[A_LOADS];
-    const float* b_src[B_LOADS];
-    unsigned b_dst[B_LOADS];
-    int b_row[B_LOADS];
-    int b_col_end[B_LOADS];  // columns of B left in the matrix from the chunk's first
+    const float* a_src_[A_LOADS];
+    unsigned a_dst_[A_LOADS];
+    int a_col_[A_LOADS];
+    bool a_row_in_[A_LOADS];
+    const float* b_src_[B_LOADS];
+    unsigned b_dst_[B_LOADS];
+    int b_row_[B_LOADS];
+    int b_col_end_[B_LOADS];
+    __device__ __forceinline__ const float* a_src(int i, int) const { return a_src_[i]; }
+    __device__ __forceinline__ unsigned a_dst(int i) const { return a_dst_[i]; }
+    __device__ __forceinline__ int a_col(int i) const { return a_col_[i]; }
+    __device__ __forceinline__ bool a_row_in(int i) const { return a_row_in_[i]; }
+    __device__ __forceinline__ const float* b_src(int i, int) const { return b_src_[i]; }
+    __device__ __forceinline__ unsigned b_dst(int i) const { return b_dst_[i]; }
+    __device__ __forceinline__ int b_row(int i) const { return b_row_[i]; }
+    __device__ __forceinline__ int b_col_end(int i) const { return b_col_end_[i]; }
 };
 
 __device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
@@ -181,10 +198,10 @@ __device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
         const int row = chunk / (BK / 4);
         const int col = (chunk % (BK / 4)) * 4;
         const int m = block_row + row;
-        plan.a_src[i] = A + (size_t)min(m, M - 1) * K + col;
-        plan.a_dst[i] = (unsigned)((row * A_LD + col) * sizeof(float));
-        plan.a_col[i] = col;
-        plan.a_row_in[i] = m < M;
+        plan.a_src_[i] = A + (size_t)min(m, M - 1) * K + col;
+        plan.a_dst_[i] = (unsigned)((row * A_LD + col) * sizeof(float));
+        plan.a_col_[i] = col;
+        plan.a_row_in_[i] = m < M;
     }
 #pragma unroll
     for (int i = 0; i < B_LOADS; i++) {
@@ -192,13 +209,74 @@ __device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
         const int row = chunk / (BN / 4);
         const int col = (chunk % (BN / 4)) * 4;
         const int n = block_col + col;
-        plan.b_src[i] = B + (size_t)row * N + min(n, N - 1);
-        plan.b_dst[i] = (unsigned)((row * B_LD + col) * sizeof(float));
-        plan.b_row[i] = row;
-        plan.b_col_end[i] = N - n;
+        plan.b_src_[i] = B + (size_t)row * N + min(n, N - 1);
+        plan.b_dst_[i] = (unsigned)((row * B_LD + col) * sizeof(float));
+        plan.b_row_[i] = row;
+        plan.b_col_end_[i] = N - n;
     }
     return plan;
 }
+#else
+// The first load's answers and a bit per load: THREADS is a multiple of the chunks in a row of
+// either tile, so a thread's loads share one column of A (rows A_ROW_STEP apart) and the
+// columns of B (rows B_ROW_STEP apart). No spill, more instructions per tile; the guarded
+// 4-byte copies of the ragged paths (K % 4 or N % 4 != 0) then need far fewer registers.
+#define A_ROW_STEP (THREADS / (BK / 4))
+#define B_ROW_STEP (THREADS / (BN / 4))
+static_assert(THREADS % (BK / 4) == 0 && THREADS % (BN / 4) == 0,
+              "a thread's chunks must share their columns");
+struct CopyPlan {
+    size_t a_first;       // A[block_row + row][col] of the first load, as an offset
+    unsigned a_dst0;
+    int a_col0;
+    unsigned a_rows_in;   // bit i: load i's row of A lies inside
+    size_t b_first;       // B[row][block_col + col] of the first load, as an offset
+    unsigned b_dst0;
+    int b_row0;
+    int b_col_end0;
+    const float* A;
+    const float* B;
+    __device__ __forceinline__ const float* a_src(int i, int K) const {
+        return A + a_first + (size_t)i * A_ROW_STEP * K;
+    }
+    __device__ __forceinline__ unsigned a_dst(int i) const {
+        return a_dst0 + i * A_ROW_STEP * A_LD * sizeof(float);
+    }
+    __device__ __forceinline__ int a_col(int) const { return a_col0; }
+    __device__ __forceinline__ bool a_row_in(int i) const { return (a_rows_in >> i) & 1u; }
+    __device__ __forceinline__ const float* b_src(int i, int N) const {
+        return B + b_first + (size_t)i * B_ROW_STEP * N;
+    }
+    __device__ __forceinline__ unsigned b_dst(int i) const {
+        return b_dst0 + i * B_ROW_STEP * B_LD * sizeof(float);
+    }
+    __device__ __forceinline__ int b_row(int i) const { return b_row0 + i * B_ROW_STEP; }
+    __device__ __forceinline__ int b_col_end(int) const { return b_col_end0; }
+};
+
+__device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
+                                                const float* __restrict__ B, const int M,
+                                                const int N, const int K, const int block_row,
+                                                const int block_col) {
+    CopyPlan plan;
+    plan.A = A;
+    plan.B = B;
+    const int a_row = threadIdx.x / (BK / 4);
+    plan.a_col0 = (threadIdx.x % (BK / 4)) * 4;
+    plan.a_first = (size_t)(block_row + a_row) * K + plan.a_col0;
+    plan.a_dst0 = (unsigned)((a_row * A_LD + plan.a_col0) * sizeof(float));
+    plan.a_rows_in = 0;
+#pragma unroll
+    for (int i = 0; i < A_LOADS; i++)
+        plan.a_rows_in |= (block_row + a_row + i * A_ROW_STEP < M ? 1u : 0u) << i;
+    plan.b_row0 = threadIdx.x / (BN / 4);
+    const int b_col = (threadIdx.x % (BN / 4)) * 4;
+    plan.b_first = (size_t)plan.b_row0 * N + block_col + b_col;
+    plan.b_dst0 = (unsigned)((plan.b_row0 * B_LD + b_col) * sizeof(float));
+    plan.b_col_end0 = N - (block_col + b_col);
+    return plan;
+}
+#endif
 
 // Issues the copies of the A and B tiles at depth k0 into one stage of the ring (shared
 // addresses a_stage and b_stage).
@@ -209,16 +287,16 @@ __device__ __forceinline__ void load_tile(const CopyPlan& plan, const unsigned a
 #pragma unroll
     for (int i = 0; i < A_LOADS; i++) {
         if (A_CHUNKS % THREADS == 0 || threadIdx.x + i * THREADS < A_CHUNKS) {
-            const int k = k0 + plan.a_col[i];
-            const unsigned dst = a_stage + plan.a_dst[i];
-            const float* src = plan.a_src[i] + k0;
+            const int k = k0 + plan.a_col(i);
+            const unsigned dst = a_stage + plan.a_dst(i);
+            const float* src = plan.a_src(i, K) + k0;
             if (a_vec) {
-                const bool inside = plan.a_row_in[i] && k < K;
+                const bool inside = plan.a_row_in(i) && k < K;
                 cp_async_16(dst, inside ? src : A, inside ? 16 : 0);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const bool inside = plan.a_row_in[i] && k + e < K;
+                    const bool inside = plan.a_row_in(i) && k + e < K;
                     cp_async_4(dst + 4 * e, inside ? src + e : A, inside ? 4 : 0);
                 }
             }
@@ -228,16 +306,16 @@ __device__ __forceinline__ void load_tile(const CopyPlan& plan, const unsigned a
 #pragma unroll
     for (int i = 0; i < B_LOADS; i++) {
         if (B_CHUNKS % THREADS == 0 || threadIdx.x + i * THREADS < B_CHUNKS) {
-            const bool row_in = k0 + plan.b_row[i] < K;
-            const unsigned dst = b_stage + plan.b_dst[i];
-            const float* src = plan.b_src[i] + b_offset;
+            const bool row_in = k0 + plan.b_row(i) < K;
+            const unsigned dst = b_stage + plan.b_dst(i);
+            const float* src = plan.b_src(i, N) + b_offset;
             if (b_vec) {
-                const bool inside = row_in && plan.b_col_end[i] > 0;
+                const bool inside = row_in && plan.b_col_end(i) > 0;
                 cp_async_16(dst, inside ? src : B, inside ? 16 : 0);
             } else {
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
-                    const bool inside = row_in && e < plan.b_col_end[i];
+                    const bool inside = row_in && e < plan.b_col_end(i);
                     cp_async_4(dst + 4 * e, inside ? src + e : B, inside ? 4 : 0);
                 }
             }

@@ -52,6 +52,9 @@
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 0  // CUDA's __launch_bounds__ minimum; OpenCL has no such bound (unused)
 #endif
+#ifndef COMPACT_PLAN
+#define COMPACT_PLAN 0  // CUDA's copy-plan layout; OpenCL stages its tiles in registers (unused)
+#endif
 
 #define WARP 32
 #define WARPS_N (BN / WN)                        // warps along N
