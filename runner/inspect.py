@@ -121,10 +121,10 @@ def print_inspection(inspection, folder: Path) -> None:
 
 
 LADDER_COLUMNS = ["step", "registers", "spill st/ld (B)", "shared (B)", "barriers",
-                  "instructions", "FFMA share", "loop FFMA share", "LDS (.128)", "LDG (.128)",
-                  "LDGSTS (.128)", "BAR", "FFMA bank conflicts"]
+                  "instructions", "FFMA share", "loop FFMA share", "loop mma", "LDS (.128)",
+                  "LDG (.128)", "LDGSTS (.128)", "BAR", "FFMA bank conflicts"]
 SHORT_COLUMNS = ["step", "regs", "spills", "shared", "bars", "instr", "FFMA", "loop FFMA",
-                 "LDS (.128)", "LDG (.128)", "LDGSTS (.128)", "BAR", "bank confl."]
+                 "loop mma", "LDS (.128)", "LDG (.128)", "LDGSTS (.128)", "BAR", "bank confl."]
 
 
 def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> list[str]:
@@ -137,7 +137,8 @@ def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> lis
     return [step, _n(used.registers), f"{_n(used.spill_store_bytes)}/{_n(used.spill_load_bytes)}",
             _n(main.local_memory_bytes), _n(main.barriers),
             _n(mix.total) if mix else "—", _pct(mix.ffma_share) if mix else "—",
-            _pct(loop.ffma_share) if loop else "—", with_wide(mix, "LDS"),
+            _pct(loop.ffma_share) if loop else "—", _n(loop.tensor) if loop else "—",
+            with_wide(mix, "LDS"),
             with_wide(mix, "LDG"), with_wide(mix, "LDGSTS"), _n(mix.barriers) if mix else "—",
             _n(mix.bank_conflicts) if mix else "—"]
 
@@ -168,8 +169,9 @@ def run_ladder(name: str, overrides: list[str], out: Path) -> int:
             f"otherwise; its files in `{step_folder_pattern(backend)}`. The step's own kernel "
             "(the last launch), with the size rules a run at the overrides' size would apply; "
             "instruction counts are static SASS counts, the loop is the main loop (the "
-            "shortest of those with the most FFMAs); `LDS (.128)`: all LDS, and in brackets "
-            "the 128-bit ones.\n\n" + markdown_table(LADDER_COLUMNS, rows)
+            "shortest of those with the most FFMAs and tensor-core products); `loop mma`: "
+            "the loop's tensor-core products (HMMA, HGMMA); `LDS (.128)`: all LDS, and in "
+            "brackets the 128-bit ones.\n\n" + markdown_table(LADDER_COLUMNS, rows)
             + f"\n{BANK_RULE}\n")
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{backend}.md"

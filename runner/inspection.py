@@ -238,6 +238,7 @@ RESOURCE_ROWS = [
 MIX_ROWS = [
     ("instructions (static, no NOP)", _mix_row(lambda m: _n(m.total))),
     ("FFMA (share)", _mix_row(lambda m: f"{m.ffma:,} ({_pct(m.ffma_share)})")),
+    ("tensor-core products (HMMA, HGMMA)", _mix_row(lambda m: _n(m.tensor))),
     ("other FP32", _mix_row(lambda m: _n(m.fp32_other))),
     ("integer, moves, predicates", _mix_row(lambda m: _n(m.integer_and_other))),
     ("branches and control", _mix_row(lambda m: _n(m.control))),
@@ -252,6 +253,7 @@ MIX_ROWS = [
     ("main loop: instructions", _mix_row(lambda m: _n(m.total), loop=True)),
     ("main loop: FFMA (share)",
      _mix_row(lambda m: f"{m.ffma:,} ({_pct(m.ffma_share)})", loop=True)),
+    ("main loop: tensor-core products", _mix_row(lambda m: _n(m.tensor), loop=True)),
     ("main loop: LDS 32 / 64 / 128-bit", _mix_row(lambda m: _widths(m, "LDS"), loop=True)),
     ("main loop: LDG / LDGSTS",
      _mix_row(lambda m: f"{m.count('LDG')} / {m.count('LDGSTS')}", loop=True)),
@@ -288,7 +290,8 @@ def summary_markdown(inspection: Inspection) -> str:
     if any(report.mix is not None for report in inspection.entries):
         text += ["- Instruction counts are static: each SASS instruction of the function once "
                  "(NOPs left out); the main loop is the loop, from a backward branch to its "
-                 "target, that holds the most FFMAs (the shortest of those: a steady, "
+                 "target, that holds the most FFMAs and tensor-core products (the "
+                 "shortest of those: a steady, "
                  "unguarded copy of a loop body rather than its guarded copy), counted once "
                  "per trip.",
                  f"- {BANK_RULE}",

@@ -27,6 +27,9 @@ FP32_OTHER = {"FADD", "FADD32I", "FMUL", "FMUL32I", "FMNMX", "FSETP", "FSET", "F
               "MUFU", "FRND", "F2F", "FSWZADD"}
 CONTROL = BRANCHES | {"BSSY", "BSYNC", "EXIT", "RET", "CALL", "WARPSYNC", "BMOV", "BREAK",
                       "YIELD", "KILL"}
+# Tensor-core matrix products: mma.sync (HMMA for FP16/BF16/TF32, IMMA, DMMA) and Hopper's
+# warpgroup wgmma (HGMMA); the work of a tensor-core step, as FFMA is a SIMT step's.
+TENSOR = {"HMMA", "IMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA"}
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,12 @@ def parse_sass(text: str) -> dict[str, list[Instruction]]:
 
 
 def main_loop(instructions: list[Instruction]) -> Optional[list[Instruction]]:
-    """The body of the loop that holds the most FFMAs, the shortest of those (a kernel that runs
-    its steady iterations through an unguarded copy of the body and its last ones through a
-    guarded copy has two such loops, and the unguarded one is hot); without FFMAs, the loop
-    with the most shared and global memory instructions. The instructions from a backward
-    branch's target to the branch; None when the function has no backward branch."""
+    """The body of the loop that holds the most FFMAs and tensor-core products (a step's
+    arithmetic), the shortest of those (a kernel that runs its steady iterations through an
+    unguarded copy of the body and its last ones through a guarded copy has two such loops,
+    and the unguarded one is hot); without either, the loop with the most shared and global
+    memory instructions. The instructions from a backward branch's target to the branch; None
+    when the function has no backward branch."""
     best, best_key = None, None
     addresses = [i.address for i in instructions]  # ascending
     for index, branch in enumerate(instructions):
@@ -105,9 +109,9 @@ def main_loop(instructions: list[Instruction]) -> Optional[list[Instruction]]:
             continue  # forward, or the `BRA` to itself that pads a function's end
         body = instructions[bisect.bisect_left(addresses, branch.target):index + 1]
         counts = Counter(i.base for i in body)
-        ffma = counts["FFMA"] + counts["FFMA32I"]
+        work = counts["FFMA"] + counts["FFMA32I"] + sum(counts[base] for base in TENSOR)
         memory = counts["LDS"] + counts["LDG"] + counts["LDGSTS"] + counts["STS"]
-        key = (ffma, -len(body), memory) if ffma else (0, memory, -len(body))
+        key = (work, -len(body), memory) if work else (0, memory, -len(body))
         if best_key is None or key > best_key:
             best, best_key = body, key
     return best
@@ -207,6 +211,11 @@ class InstructionMix:
         return self.ffma / self.total if self.total else None
 
     @property
+    def tensor(self) -> int:
+        """Tensor-core matrix products (HMMA, HGMMA, ...)."""
+        return self.count(*TENSOR)
+
+    @property
     def fp32_other(self) -> int:
         return self.count(*FP32_OTHER)
 
@@ -225,5 +234,5 @@ class InstructionMix:
 
     @property
     def integer_and_other(self) -> int:
-        return self.total - self.ffma - self.fp32_other - self.control - self.barriers \
-            - self.memory
+        return self.total - self.ffma - self.tensor - self.fp32_other - self.control \
+            - self.barriers - self.memory

@@ -73,7 +73,7 @@ def test_matmul_11_cuda_k_loop_works_out_no_shared_address_again(shape):
     cfg, _ = inspect_cli.compose(["backend=cuda", "kernel=matmul_11", shape])
     loop = inspect_cli.inspect_config(cfg).main.loop
     assert loop is not None
-    assert loop.count("HMMA") == 96  # the k loop: 3 x (64/16) x (64/8) mma.sync per 8-deep tile
+    assert loop.tensor == 96  # the k loop: 3 x (64/16) x (64/8) mma.sync per 8-deep tile
     assert loop.count("S2UR") == 0
 
 
@@ -194,6 +194,34 @@ TWO_LOOPS = """
         /*00a0*/              @P1 BRA `(.L_x_1) ;
         /*00b0*/                   EXIT ;
 """
+
+
+TENSOR_LOOP = """
+        .text.k:
+.L_x_0:
+        /*0000*/                   LDS.64 R4, [R2] ;
+        /*0010*/                   HMMA.1688.F32.TF32 R8, R4, R6, R8 ;
+        /*0020*/                   HMMA.1688.F32.TF32 R12, R4, R7, RZ ;
+        /*0030*/                   FADD R20, R12, R20 ;
+        /*0040*/              @P0 BRA `(.L_x_0) ;
+.L_x_1:
+        /*0050*/                   LDS.64 R4, [R2] ;
+        /*0060*/                   LDS.64 R6, [R2+0x8] ;
+        /*0070*/                   STS.64 [R3], R4 ;
+        /*0080*/              @P1 BRA `(.L_x_1) ;
+        /*0090*/                   EXIT ;
+"""
+
+
+def test_a_tensor_core_steps_main_loop_is_the_one_with_its_products():
+    """A step without FFMAs works in its tensor-core products (HMMA, HGMMA): its main loop is
+    the loop that holds them, not the one with the most memory instructions, and they are
+    counted as products, not as integer instructions."""
+    loop = main_loop(parse_sass(TENSOR_LOOP)["k"])
+    assert [i.address for i in loop] == [0x00, 0x10, 0x20, 0x30, 0x40]
+    mix = InstructionMix.of(loop)
+    assert mix.tensor == 2 and mix.ffma == 0 and mix.fp32_other == 1
+    assert mix.integer_and_other == 0  # LDS is memory, BRA control
 
 
 def test_ffmas_that_move_their_accumulator_are_counted():
