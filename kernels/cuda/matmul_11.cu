@@ -30,8 +30,9 @@
 // tile as (WM/16) x (WN/8) mma tiles, that is (WM/16)*(WN/8)*4 accumulators per thread. A and B
 // tiles (BK deep) go global -> shared with cp.async (LDGSTS, no registers) in a STAGES-deep
 // ring (each thread's sources, offsets and guards worked out once, only the depth changes per
-// tile: 63.9 TFLOPS at 4096 on an H100, from 59.6 when every tile recomputed them), one
-// barrier per tile; both are stored as in global memory (A: [m][k], B: [k][n]), so
+// tile: 63.9 TFLOPS at 4096 on an H100, from 59.6 when every tile recomputed them; kept per
+// load, or on ragged shapes compactly, COMPACT_PLAN below), one barrier per tile, in one
+// shared array; both are stored as in global memory (A: [m][k], B: [k][n]), so
 // no pre-pass is needed, with rows whose length is an odd multiple of 8 floats (mod 32), so
 // every 64-bit fragment read is conflict-free (the k-loop says which elements a lane reads):
 //   A rows of A_LD = BK (8) or BK + 8 (16, 32) floats: lanes (g, t), g < 4 of a half-warp, read
