@@ -81,7 +81,7 @@
 #endif
 
 #ifndef COMPACT_PLAN
-#define COMPACT_PLAN 0  // 1: the copy plan keeps the first load's addresses and a bit per load
+#define COMPACT_PLAN 0  // 1: the copy plan keeps each load's source, the rest from the first load
 #endif
 
 #ifndef BLOCKS_PER_SM
@@ -218,38 +218,34 @@ __device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
     return plan;
 }
 #else
-// The first load's answers and a bit per load: THREADS is a multiple of the chunks in a row of
-// either tile, so a thread's loads share one column of A (rows A_ROW_STEP apart) and the
-// columns of B (rows B_ROW_STEP apart). More instructions per tile and a 12-byte spill instead
-// of 52: the guarded 4-byte copies of the ragged paths (K % 4 or N % 4 != 0) run much faster
-// (4097x4095x4093: 108% of cuBLAS SGEMM against 80%), the 16-byte path slower (4096: 105% against
-// 126%), so a size rule takes it for ragged shapes only.
+// Every load's own source pointer, the rest from the first load's answers and a bit per load:
+// THREADS is a multiple of the chunks in a row of either tile, so a thread's loads share one
+// column of A (rows A_ROW_STEP apart) and the columns of B (rows B_ROW_STEP apart). More
+// instructions per tile than the per-load plan, but no spill: the guarded 4-byte copies of the
+// ragged paths (K % 4 or N % 4 != 0) run much faster (H100, 4097x4095x4093: 55.8 TFLOPS against
+// 39.2; a plan that also worked out each source from the first ran 52.8 with a 12-byte spill),
+// the 16-byte path slower (4096: 60.8 against 65.2), so a size rule takes it for ragged shapes
+// only.
 #define A_ROW_STEP (THREADS / (BK / 4))
 #define B_ROW_STEP (THREADS / (BN / 4))
 static_assert(THREADS % (BK / 4) == 0 && THREADS % (BN / 4) == 0,
               "a thread's chunks must share their columns");
 struct CopyPlan {
-    size_t a_first;       // A[block_row + row][col] of the first load, as an offset
+    const float* a_src_[A_LOADS];
+    const float* b_src_[B_LOADS];
     unsigned a_dst0;
     int a_col0;
     unsigned a_rows_in;   // bit i: load i's row of A lies inside
-    size_t b_first;       // B[row][block_col + col] of the first load, as an offset
     unsigned b_dst0;
     int b_row0;
     int b_col_end0;
-    const float* A;
-    const float* B;
-    __device__ __forceinline__ const float* a_src(int i, int K) const {
-        return A + a_first + (size_t)i * A_ROW_STEP * K;
-    }
+    __device__ __forceinline__ const float* a_src(int i, int) const { return a_src_[i]; }
     __device__ __forceinline__ unsigned a_dst(int i) const {
         return a_dst0 + i * A_ROW_STEP * A_LD * sizeof(float);
     }
     __device__ __forceinline__ int a_col(int) const { return a_col0; }
     __device__ __forceinline__ bool a_row_in(int i) const { return (a_rows_in >> i) & 1u; }
-    __device__ __forceinline__ const float* b_src(int i, int N) const {
-        return B + b_first + (size_t)i * B_ROW_STEP * N;
-    }
+    __device__ __forceinline__ const float* b_src(int i, int) const { return b_src_[i]; }
     __device__ __forceinline__ unsigned b_dst(int i) const {
         return b_dst0 + i * B_ROW_STEP * B_LD * sizeof(float);
     }
@@ -262,21 +258,24 @@ __device__ __forceinline__ CopyPlan plan_copies(const float* __restrict__ A,
                                                 const int N, const int K, const int block_row,
                                                 const int block_col) {
     CopyPlan plan;
-    plan.A = A;
-    plan.B = B;
     const int a_row = threadIdx.x / (BK / 4);
     plan.a_col0 = (threadIdx.x % (BK / 4)) * 4;
-    plan.a_first = (size_t)(block_row + a_row) * K + plan.a_col0;
     plan.a_dst0 = (unsigned)((a_row * A_LD + plan.a_col0) * sizeof(float));
     plan.a_rows_in = 0;
 #pragma unroll
-    for (int i = 0; i < A_LOADS; i++)
-        plan.a_rows_in |= (block_row + a_row + i * A_ROW_STEP < M ? 1u : 0u) << i;
+    for (int i = 0; i < A_LOADS; i++) {
+        const int m = block_row + a_row + i * A_ROW_STEP;
+        plan.a_rows_in |= (m < M ? 1u : 0u) << i;
+        plan.a_src_[i] = A + (size_t)min(m, M - 1) * K + plan.a_col0;
+    }
     plan.b_row0 = threadIdx.x / (BN / 4);
     const int b_col = (threadIdx.x % (BN / 4)) * 4;
-    plan.b_first = (size_t)plan.b_row0 * N + block_col + b_col;
     plan.b_dst0 = (unsigned)((plan.b_row0 * B_LD + b_col) * sizeof(float));
     plan.b_col_end0 = N - (block_col + b_col);
+#pragma unroll
+    for (int i = 0; i < B_LOADS; i++)
+        plan.b_src_[i] = B + (size_t)(plan.b_row0 + i * B_ROW_STEP) * N +
+                         min(block_col + b_col, N - 1);
     return plan;
 }
 #endif
