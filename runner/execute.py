@@ -34,8 +34,8 @@ class RunOutcome:
 
     @property
     def main_resources(self) -> KernelResources:
-        """The last launch is the kernel the step is about (a pre-pass comes first)."""
-        return self.resources[self.plan.launches[-1].entry]
+        """The resources of the function the step is about (not a pre- or post-pass)."""
+        return self.resources[self.plan.main_launch.entry]
 
 
 def source_with_defines(source: str, options: list[str], defines: dict[str, int]) -> str:
@@ -179,10 +179,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         for name, text in inspect_once(backend, prepared, plan).items():
             recorder.text(text, f"inspect/{name}")
     resources = dict(prepared.program.resources)
-    main = plan.launches[-1]
+    main = plan.main_launch
     metrics = resource_metrics(resources[main.entry], dynamic_local_bytes=main.local_bytes)
-    for launch in plan.launches[:-1]:
-        metrics.update(resource_metrics(resources[launch.entry], f"prepass/{launch.entry}/",
+    for side, launch in plan.helper_launches():
+        metrics.update(resource_metrics(resources[launch.entry], f"{side}/{launch.entry}/",
                                         launch.local_bytes))
     recorder.metrics(metrics)
     check_kernel_limits(plan, device, resources)

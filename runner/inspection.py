@@ -53,7 +53,7 @@ class Inspection:
     target: str  # what it was compiled for: a device, or an architecture with no GPU
     options: list[str]
     params: dict
-    entries: list[EntryReport]  # in launch order: the step's own kernel is the last
+    entries: list[EntryReport]  # the other functions in launch order, the step's own last
     files: dict[str, str] = field(default_factory=dict)  # file name -> text, summary.md included
     notes: list[str] = field(default_factory=list)
 
@@ -305,13 +305,15 @@ def summary_markdown(inspection: Inspection) -> str:
 
 def inspect_program(backend, source: str, file_name: str, plan, program) -> Inspection:
     """The inspection of a program the backend compiled for `plan`, with its files."""
+    main = plan.main_launch.entry  # last: a pass that sums split-K slices runs after it
+    entries = [entry for entry in plan.entries if entry != main] + [main]
     if backend.name == "cuda":
         target = (backend.device_info().name if backend.has_gpu
                   else f"sm_{backend.compute_capability}, no GPU")
-        inspection = inspect_cuda(plan.name, source, file_name, plan.entries, plan.defines,
+        inspection = inspect_cuda(plan.name, source, file_name, entries, plan.defines,
                                   backend.compute_capability, plan.max_registers, target)
     else:
-        inspection = inspect_opencl(plan.name, backend, program, file_name, plan.entries,
+        inspection = inspect_opencl(plan.name, backend, program, file_name, entries,
                                     plan.defines)
     asked: dict[str, int] = {}
     for launch in plan.launches:

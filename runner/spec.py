@@ -79,6 +79,25 @@ class KernelPlan:
     def entries(self) -> list[str]:
         return list(dict.fromkeys(launch.entry for launch in self.launches))
 
+    @property
+    def main_launch(self) -> Launch:
+        """The launch the step is about: its function named as the step (a pre-pass may come
+        before it, a pass that sums split-K slices after it), else the last one."""
+        return next((launch for launch in self.launches if launch.entry == self.name),
+                    self.launches[-1])
+
+    def helper_launches(self) -> list[tuple[str, Launch]]:
+        """The other launches, each with the side of the main one it runs on ("prepass" or
+        "postpass"), each function once."""
+        main = self.main_launch
+        position = self.launches.index(main)
+        seen, helpers = {main.entry}, []
+        for index, launch in enumerate(self.launches):
+            if launch.entry not in seen:
+                seen.add(launch.entry)
+                helpers.append(("prepass" if index < position else "postpass", launch))
+        return helpers
+
 
 def check_sizes(operation: Operation, size: ProblemSize) -> None:
     used = ("M", "N", "K") if operation is Operation.sgemm else ("M", "N")

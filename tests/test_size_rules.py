@@ -167,3 +167,30 @@ def test_matmul_11_keeps_a_compact_copy_plan_where_a_copy_path_is_ragged(shape, 
     opencl = compose_config("kernel=matmul_11", "backend=opencl", *sizes)
     assert "backend == 'opencl'" in apply_size_rules(opencl, set())
     assert opencl.kernel.params.COMPACT_PLAN == 0
+
+
+@pytest.mark.parametrize("sizes, split", [
+    (["size=512"], 8),                    # 16 tiles of 128x128: 8 slices, 128 blocks
+    (["size=768"], 6),                    # 36 tiles: 216 blocks
+    (["size=1024"], 4),                   # 64 tiles: 256 blocks
+    (["m=1024", "n=1024", "k=8192"], 4),  # deep K, the same tiles
+    (["shape=1000x1030x999"], 3),         # 72 tiles: 216 blocks (4 slices would be 288)
+    (["size=1280"], 2),                   # 100 tiles: 200 blocks
+    (["shape=square_2048"], 1),           # 256 tiles: the two block slots of 132 SMs are full
+    (["m=1024", "n=1024", "k=100"], 1),   # slices under 64 deep: not worth a second pass
+    (["m=512", "n=512", "k=300"], 4),     # too shallow for 8 or 6 slices, deep enough for 4
+])
+def test_matmul_11_splits_k_where_its_tiles_leave_block_slots_empty(sizes, split):
+    """CUDA's matmul_11 cuts K into as many slices as fill one wave of 264 blocks (132 SMs, two
+    blocks each), each slice at least 64 deep, with the compact copy plan; OpenCL's own rule
+    wins there (it was not measured faster split)."""
+    cfg = compose_config("kernel=matmul_11", "backend=cuda", *sizes)
+    rule = apply_size_rules(cfg, set())
+    assert cfg.kernel.params.SPLIT_K == split
+    if split > 1:
+        assert cfg.kernel.params.COMPACT_PLAN == 1 and f"SPLIT_K={split}" in rule
+        tiles = -(-cfg.m // 128) * -(-cfg.n // 128)
+        assert tiles * split <= 264 and cfg.k >= 64 * split
+    opencl = compose_config("kernel=matmul_11", "backend=opencl", *sizes)
+    assert "backend == 'opencl'" in apply_size_rules(opencl, set())
+    assert opencl.kernel.params.SPLIT_K == 1

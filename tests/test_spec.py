@@ -19,7 +19,7 @@ def plan_for(name: str, size=(64, 64, 64), **params):
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_defaults_plan_cleanly_and_cover_the_output(name):
     plan = plan_for(name, size=(127, 129, 65))
-    main = plan.launches[-1]
+    main = plan.main_launch
     covered = [g * l for g, l in zip(main.groups, main.local)]
     assert main.work_group_size <= 1024
     assert all(c >= 1 for c in covered)
@@ -115,6 +115,29 @@ def test_matmul_9_reading_a_in_place_drops_the_pre_pass_unless_b_is_padded():
     assert odd.launches[0].groups == (128, 128) and odd.scratch["AT"] == 1
     both_off = plan_for("matmul_9", size=(4097, 4095, 4093), A_PREPASS=0, PAD_B=0)
     assert [launch.entry for launch in both_off.launches] == ["matmul_9"]
+
+
+def test_matmul_11_split_k_launches_its_slices_then_sums_them():
+    """SPLIT_K > 1: the kernel's grid gains a z of SPLIT_K slices writing partial Cs into P
+    (SPLIT_K * M * N floats), then sum_slices adds them into C; the step's own launch stays the
+    main one (its registers are the run's), sum_slices is reported as a post-pass."""
+    single = plan_for("matmul_11", size=(1000, 1030, 999))
+    assert [launch.entry for launch in single.launches] == ["matmul_11"]
+    assert single.launches[0].groups == (9, 8) and single.scratch["P"] == 1
+    split = plan_for("matmul_11", size=(1000, 1030, 999), SPLIT_K=3)
+    assert [launch.entry for launch in split.launches] == ["matmul_11", "sum_slices"]
+    kernel, summing = split.launches
+    assert kernel.groups == (9, 8, 3) and kernel.args[-1] == "P"
+    assert summing.args == ("M", "N", "P", "C") and summing.groups == (-(-1000 * 1030 // 256),)
+    assert split.scratch["P"] == 3 * 1000 * 1030
+    assert split.main_launch is kernel and split.helper_launches() == [("postpass", summing)]
+
+
+def test_a_pre_pass_is_a_helper_launch_before_the_main_one():
+    plan = plan_for("matmul_9", size=(4097, 4095, 4093))
+    assert plan.main_launch.entry == "matmul_9"
+    assert [(side, launch.entry) for side, launch in plan.helper_launches()] == [
+        ("prepass", "prepare_operands")]
 
 
 def test_a_launch_when_that_is_not_an_expression_is_a_clear_error():

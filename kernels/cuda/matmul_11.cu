@@ -84,6 +84,10 @@
 #define COMPACT_PLAN 0  // 1: the copy plan keeps each load's source, the rest from the first load
 #endif
 
+#ifndef SPLIT_K
+#define SPLIT_K 1  // slices of K, one block of each per tile of C (grid z); > 1: C is their sum
+#endif
+
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 0  // CUDA: blocks per SM for __launch_bounds__ (0: from a register estimate)
 #endif
@@ -393,7 +397,17 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
     const int block_col = tile_n * BN;
     const int a_vec = (K % 4) == 0;
     const int b_vec = (N % 4) == 0;
+#if SPLIT_K > 1
+    // Slice blockIdx.z of K: whole tiles, so only the last slice meets K's edge (the guards
+    // against K stay as they are); a slice past K (tiny K) computes zeros, and stores them.
+    const int slice = (K + BK * SPLIT_K - 1) / (BK * SPLIT_K) * BK;
+    const int k_begin = blockIdx.z * slice;
+    const int k_length = min(K - k_begin, slice);
+    const int num_tiles = k_length > 0 ? (k_length + BK - 1) / BK : 0;
+#else
+    const int k_begin = 0;
     const int num_tiles = (K + BK - 1) / BK;
+#endif
 
     // d: the products of the current KCHUNK 8-deep steps, accumulated by the tensor cores
     // (small terms first); acc: the sums, added to with a rounding FADD per chunk. The tensor
@@ -416,7 +430,7 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < num_tiles)
             load_tile(plan, a_stages + s * A_STAGE_BYTES, b_stages + s * B_STAGE_BYTES, A, B, N,
-                      K, s * BK, a_vec, b_vec);
+                      K, k_begin + s * BK, a_vec, b_vec);
         cp_async_commit();
     }
     int read_stage = 0;             // the stage of tile `tile`
@@ -428,7 +442,8 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
         const int next = tile + STAGES - 1;
         if (next < num_tiles)
             load_tile(plan, a_stages + write_stage * A_STAGE_BYTES,
-                      b_stages + write_stage * B_STAGE_BYTES, A, B, N, K, next * BK, a_vec, b_vec);
+                      b_stages + write_stage * B_STAGE_BYTES, A, B, N, K, k_begin + next * BK,
+                      a_vec, b_vec);
         cp_async_commit();
         write_stage = write_stage == STAGES - 1 ? 0 : write_stage + 1;
 
@@ -482,6 +497,9 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
     // Tiles 2p and 2p + 1 hold, for rows g and g + 8, warp columns 16p + 4t .. 16p + 4t + 3
     // (c0 of tile 2p, c0 of tile 2p + 1, c1 of 2p, c1 of 2p + 1; c2, c3 likewise for row g + 8).
     const int quad_ok = (N % 4) == 0;
+#if SPLIT_K > 1
+    C += (size_t)blockIdx.z * M * N;  // this slice's partial C; sum_slices adds them up
+#endif
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         const int row = block_row + warp_row + i * 16 + g;
@@ -496,4 +514,17 @@ matmul_11(const int M, const int N, const int K, const float* __restrict__ A,
                        make_float4(even[2], odd[2], even[3], odd[3]));
         }
     }
+}
+
+// C = the sum of the SPLIT_K partial products P (SPLIT_K slices of M x N, slice by slice in
+// order, so the result does not depend on timing), one element per thread.
+extern "C" __global__ void __launch_bounds__(256)
+sum_slices(const int M, const int N, const float* __restrict__ P, float* __restrict__ C) {
+    const size_t elements = (size_t)M * N;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= elements) return;
+    float sum = P[i];
+#pragma unroll
+    for (int z = 1; z < SPLIT_K; z++) sum += P[z * elements + i];
+    C[i] = sum;
 }

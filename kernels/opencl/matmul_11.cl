@@ -49,6 +49,9 @@
 #ifndef KCHUNK
 #define KCHUNK 1  // 8-deep steps whose products the tensor cores sum before the rounding FADD
 #endif
+#ifndef SPLIT_K
+#define SPLIT_K 1  // slices of K, one work-group of each per tile of C (group z); > 1: C is their sum
+#endif
 #ifndef BLOCKS_PER_SM
 #define BLOCKS_PER_SM 0  // CUDA's __launch_bounds__ minimum; OpenCL has no such bound (unused)
 #endif
@@ -148,7 +151,17 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
     const int block_col = tile_n * BN;
     const int a_vec = (K % 4) == 0;
     const int b_vec = (N % 4) == 0;
+#if SPLIT_K > 1
+    // Slice get_group_id(2) of K: whole tiles, so only the last slice meets K's edge (the
+    // guards against K stay as they are); a slice past K (tiny K) computes zeros, and stores them.
+    const int slice = (K + BK * SPLIT_K - 1) / (BK * SPLIT_K) * BK;
+    const int k_begin = get_group_id(2) * slice;
+    const int k_length = min(K - k_begin, slice);
+    const int num_tiles = k_length > 0 ? (k_length + BK - 1) / BK : 0;
+#else
+    const int k_begin = 0;
     const int num_tiles = (K + BK - 1) / BK;
+#endif
 
     float4 a_next[A_LOADS], b_next[B_LOADS];
 #define LOAD_TILE(k0)                                                                              \
@@ -201,14 +214,14 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
                 }                                                                                 \
     } while (0)
 
-    LOAD_TILE(0);
+    LOAD_TILE(k_begin);
     STORE_TILE(0);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int tile = 0; tile < num_tiles; tile++) {
         const int stage = tile & 1;
         const int more = tile + 1 < num_tiles;
-        if (more) LOAD_TILE((tile + 1) * BK);
+        if (more) LOAD_TILE(k_begin + (tile + 1) * BK);
 
         // k permuted within each 8-deep step (fragment k = t, t + 4 read from columns or rows
         // 2t, 2t + 1) and mma tiles 2p, 2p + 1 on the even and odd columns of 16: 64-bit
@@ -257,6 +270,9 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
 
     // Tiles 2p and 2p + 1 hold, for rows g and g + 8, warp columns 16p + 4t .. 16p + 4t + 3.
     const int quad_ok = (N % 4) == 0;
+#if SPLIT_K > 1
+    C += (size_t)get_group_id(2) * M * N;  // this slice's partial C; sum_slices adds them up
+#endif
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         const int row = block_row + warp_row + i * 16 + g;
@@ -269,4 +285,18 @@ void matmul_11(const int M, const int N, const int K, const __global float* rest
             store_quad(C, row + 8, col, M, N, quad_ok, (float4)(even[2], odd[2], even[3], odd[3]));
         }
     }
+}
+
+// C = the sum of the SPLIT_K partial products P (SPLIT_K slices of M x N, slice by slice in
+// order, so the result does not depend on timing), one element per work-item.
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void sum_slices(const int M, const int N, const __global float* restrict P,
+                __global float* restrict C) {
+    const size_t elements = (size_t)M * N;
+    const size_t i = get_global_id(0);
+    if (i >= elements) return;
+    float sum = P[i];
+#pragma unroll
+    for (int z = 1; z < SPLIT_K; z++) sum += P[z * elements + i];
+    C[i] = sum;
 }
