@@ -106,6 +106,7 @@ def test_matmul_11_split_k_sums_its_slices_exactly_once(store, backend, split, s
     zeros that must not be skipped: P is poisoned), one element and 1024 (the size rule's
     case), and as accurate as cuBLAS SGEMM."""
     cfg = compose_config("kernel=matmul_11", *backend, *size, f"kernel.params.SPLIT_K={split}",
+                         "kernel.size_rules=[]",  # the split rules would set SPLIT_K here
                          "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
     assert run(cfg) is not None
     recorded = _recorded(store)
