@@ -54,6 +54,10 @@
 // by one; B chunks likewise with N % 4. C is stored as float4s when N % 4 == 0, else as
 // guarded scalars; elements outside C are skipped. The choices are uniform and every thread
 // reaches every barrier (the trip count depends on K only).
+//
+// Split-K (SPLIT_K > 1, chosen by size rules where the 128x128 tiles leave block slots empty:
+// 1024 is 64 tiles for 264 slots): block z sums slice z of K, a whole number of tiles, into its
+// own partial C in P; sum_slices then adds the slices into C in order (deterministic).
 
 #ifndef BM
 #define BM 128  // rows of C per block

@@ -23,7 +23,8 @@
 // Edges (any M, N, K >= 1): the grid is rounded up to whole tiles; chunks and elements outside
 // A or B are zeros in the registers, so a ragged tile adds zeros; C is stored as float4s
 // when N % 4 == 0, else as guarded scalars, and elements outside C are skipped. Every work-item
-// reaches every barrier (the trip count depends on K only).
+// reaches every barrier (the trip count depends on K only). Split-K (SPLIT_K > 1): work-group
+// z sums slice z of K, whole tiles, into its own partial C in P; sum_slices adds them in order.
 
 #ifndef BM
 #define BM 128  // rows of C per work-group
