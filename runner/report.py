@@ -249,7 +249,9 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
              f"Generated on {dt.date.today().isoformat()} {how}from MLflow runs read from "
              f"`{uri}` (the store the commands below recorded into). Every number comes from a "
              "run that verified its result first; the vendor baseline ran in the same run, on "
-             "the same device and data. Cached rows reuse the metrics of an earlier run.", ""]
+             "the same device and data. A step's time covers all its launches, a pre-pass or a "
+             "pass that sums split-K slices included. Cached rows reuse the metrics of an "
+             "earlier run.", ""]
     lines += sweeps or []
     lines += summary_table(table)
     for caption, name in images or []:
