@@ -186,11 +186,11 @@ struct CopyPlan {
     unsigned b_dst_[B_LOADS];
     int b_row_[B_LOADS];
     int b_col_end_[B_LOADS];
-    __device__ __forceinline__ const float* a_src(int i, int) const { return a_src_[i]; }
+    __device__ __forceinline__ const float* a_src(int i) const { return a_src_[i]; }
     __device__ __forceinline__ unsigned a_dst(int i) const { return a_dst_[i]; }
     __device__ __forceinline__ int a_col(int i) const { return a_col_[i]; }
     __device__ __forceinline__ bool a_row_in(int i) const { return a_row_in_[i]; }
-    __device__ __forceinline__ const float* b_src(int i, int) const { return b_src_[i]; }
+    __device__ __forceinline__ const float* b_src(int i) const { return b_src_[i]; }
     __device__ __forceinline__ unsigned b_dst(int i) const { return b_dst_[i]; }
     __device__ __forceinline__ int b_row(int i) const { return b_row_[i]; }
     __device__ __forceinline__ int b_col_end(int i) const { return b_col_end_[i]; }
@@ -247,13 +247,13 @@ struct CopyPlan {
     unsigned b_dst0;
     int b_row0;
     int b_col_end0;
-    __device__ __forceinline__ const float* a_src(int i, int) const { return a_src_[i]; }
+    __device__ __forceinline__ const float* a_src(int i) const { return a_src_[i]; }
     __device__ __forceinline__ unsigned a_dst(int i) const {
         return a_dst0 + i * A_ROW_STEP * A_LD * sizeof(float);
     }
     __device__ __forceinline__ int a_col(int) const { return a_col0; }
     __device__ __forceinline__ bool a_row_in(int i) const { return (a_rows_in >> i) & 1u; }
-    __device__ __forceinline__ const float* b_src(int i, int) const { return b_src_[i]; }
+    __device__ __forceinline__ const float* b_src(int i) const { return b_src_[i]; }
     __device__ __forceinline__ unsigned b_dst(int i) const {
         return b_dst0 + i * B_ROW_STEP * B_LD * sizeof(float);
     }
@@ -299,7 +299,7 @@ __device__ __forceinline__ void load_tile(const CopyPlan& plan, const unsigned a
         if (A_CHUNKS % THREADS == 0 || threadIdx.x + i * THREADS < A_CHUNKS) {
             const int k = k0 + plan.a_col(i);
             const unsigned dst = a_stage + plan.a_dst(i);
-            const float* src = plan.a_src(i, K) + k0;
+            const float* src = plan.a_src(i) + k0;
             if (a_vec) {
                 const bool inside = plan.a_row_in(i) && k < K;
                 cp_async_16(dst, inside ? src : A, inside ? 16 : 0);
@@ -318,7 +318,7 @@ __device__ __forceinline__ void load_tile(const CopyPlan& plan, const unsigned a
         if (B_CHUNKS % THREADS == 0 || threadIdx.x + i * THREADS < B_CHUNKS) {
             const bool row_in = k0 + plan.b_row(i) < K;
             const unsigned dst = b_stage + plan.b_dst(i);
-            const float* src = plan.b_src(i, N) + b_offset;
+            const float* src = plan.b_src(i) + b_offset;
             if (b_vec) {
                 const bool inside = row_in && plan.b_col_end(i) > 0;
                 cp_async_16(dst, inside ? src : B, inside ? 16 : 0);
