@@ -39,6 +39,10 @@
 // by one; B chunks likewise with N % 4. C is stored as float2 pairs when N % 2 == 0, else as
 // guarded scalars; elements outside C are skipped. The choices are uniform and every thread
 // reaches every barrier (the trip count depends on K only).
+//
+// Split-K (SPLIT_K > 1, chosen by size rules where the 128x128 tiles leave block slots empty,
+// as in matmul_11): block z sums slice z of K, a whole number of tiles, into its own partial C
+// in P; sum_slices then adds the slices into C in order (deterministic).
 
 #ifndef BM
 #define BM 128  // rows of C per block
@@ -60,6 +64,9 @@
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
+#endif
+#ifndef SPLIT_K
+#define SPLIT_K 1  // slices of K, one block of each per tile of C (grid z); > 1: C is their sum
 #endif
 
 #define WARP 32
@@ -213,7 +220,17 @@ matmul_10(const int M, const int N, const int K, const float* __restrict__ A,
     const int block_col = tile_n * BN;
     const int a_vec = (K % 4) == 0;
     const int b_vec = (N % 4) == 0;
+#if SPLIT_K > 1
+    // Slice blockIdx.z of K: whole tiles, so only the last slice meets K's edge (the guards
+    // against K stay as they are); a slice past K (tiny K) computes zeros, and stores them.
+    const int slice = (K + BK * SPLIT_K - 1) / (BK * SPLIT_K) * BK;
+    const int k_begin = blockIdx.z * slice;
+    const int k_length = min(K - k_begin, slice);
+    const int num_tiles = k_length > 0 ? (k_length + BK - 1) / BK : 0;
+#else
+    const int k_begin = 0;
     const int num_tiles = (K + BK - 1) / BK;
+#endif
 
     float acc[MT][NT][4];
 #pragma unroll
@@ -226,7 +243,8 @@ matmul_10(const int M, const int N, const int K, const float* __restrict__ A,
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {
         if (s < num_tiles)
-            load_tile(As[s], Bs[s], A, B, M, N, K, block_row, block_col, s * BK, a_vec, b_vec);
+            load_tile(As[s], Bs[s], A, B, M, N, K, block_row, block_col, k_begin + s * BK, a_vec,
+                      b_vec);
         cp_async_commit();
     }
 
@@ -236,7 +254,7 @@ matmul_10(const int M, const int N, const int K, const float* __restrict__ A,
         const int next = tile + STAGES - 1;
         if (next < num_tiles)
             load_tile(As[next % STAGES], Bs[next % STAGES], A, B, M, N, K, block_row, block_col,
-                      next * BK, a_vec, b_vec);
+                      k_begin + next * BK, a_vec, b_vec);
         cp_async_commit();
 
         // This lane's first A element (row g, column t) and B element (row t, column g).
@@ -267,6 +285,9 @@ matmul_10(const int M, const int N, const int K, const float* __restrict__ A,
     }
 
     const int pair_ok = (N % 2) == 0;
+#if SPLIT_K > 1
+    C += (size_t)blockIdx.z * M * N;  // this slice's partial C; sum_slices adds them up
+#endif
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         const int row = block_row + warp_row + i * 16 + g;
@@ -277,4 +298,17 @@ matmul_10(const int M, const int N, const int K, const float* __restrict__ A,
             store_pair(C, row + 8, col, M, N, pair_ok, acc[i][j][2], acc[i][j][3]);
         }
     }
+}
+
+// C = the sum of the SPLIT_K partial products P (SPLIT_K slices of M x N, slice by slice in
+// order, so the result does not depend on timing), one element per thread.
+extern "C" __global__ void __launch_bounds__(256)
+sum_slices(const int M, const int N, const float* __restrict__ P, float* __restrict__ C) {
+    const size_t elements = (size_t)M * N;
+    const size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= elements) return;
+    float sum = P[i];
+#pragma unroll
+    for (int z = 1; z < SPLIT_K; z++) sum += P[z * elements + i];
+    C[i] = sum;
 }

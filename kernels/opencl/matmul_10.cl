@@ -19,7 +19,8 @@
 // Edges (any M, N, K >= 1): the grid is rounded up to whole tiles; chunks and elements outside
 // A or B are zeros in the registers, so a ragged tile adds zeros; C is stored as float2 pairs
 // when N % 2 == 0, else as guarded scalars, and elements outside C are skipped. Every work-item
-// reaches every barrier (the trip count depends on K only).
+// reaches every barrier (the trip count depends on K only). Split-K (SPLIT_K > 1): work-group
+// z sums slice z of K, whole tiles, into its own partial C in P; sum_slices adds them in order.
 
 #ifndef BM
 #define BM 128  // rows of C per work-group
@@ -41,6 +42,9 @@
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the work-group order (1 = row by row), for L2 reuse
+#endif
+#ifndef SPLIT_K
+#define SPLIT_K 1  // slices of K, one work-group of each per tile of C (group z); > 1: C is their sum
 #endif
 
 #define WARP 32
@@ -127,7 +131,17 @@ void matmul_10(const int M, const int N, const int K, const __global float* rest
     const int block_col = tile_n * BN;
     const int a_vec = (K % 4) == 0;
     const int b_vec = (N % 4) == 0;
+#if SPLIT_K > 1
+    // Slice get_group_id(2) of K: whole tiles, so only the last slice meets K's edge (the
+    // guards against K stay as they are); a slice past K (tiny K) computes zeros, and stores them.
+    const int slice = (K + BK * SPLIT_K - 1) / (BK * SPLIT_K) * BK;
+    const int k_begin = get_group_id(2) * slice;
+    const int k_length = min(K - k_begin, slice);
+    const int num_tiles = k_length > 0 ? (k_length + BK - 1) / BK : 0;
+#else
+    const int k_begin = 0;
     const int num_tiles = (K + BK - 1) / BK;
+#endif
 
     float4 a_next[A_LOADS], b_next[B_LOADS];
 #define LOAD_TILE(k0)                                                                              \
@@ -167,14 +181,14 @@ void matmul_10(const int M, const int N, const int K, const __global float* rest
 #pragma unroll
             for (int r = 0; r < 4; r++) acc[i][j][r] = 0.0f;
 
-    LOAD_TILE(0);
+    LOAD_TILE(k_begin);
     STORE_TILE(0);
     barrier(CLK_LOCAL_MEM_FENCE);
 
     for (int tile = 0; tile < num_tiles; tile++) {
         const int stage = tile & 1;
         const int more = tile + 1 < num_tiles;
-        if (more) LOAD_TILE((tile + 1) * BK);
+        if (more) LOAD_TILE(k_begin + (tile + 1) * BK);
 
         // This work-item's first A element (row g, column t) and B element (row t, column g).
         const __local float* a_s = As[stage] + (warp_row + g) * A_LD + t;
@@ -207,6 +221,9 @@ void matmul_10(const int M, const int N, const int K, const __global float* rest
     }
 
     const int pair_ok = (N % 2) == 0;
+#if SPLIT_K > 1
+    C += (size_t)get_group_id(2) * M * N;  // this slice's partial C; sum_slices adds them up
+#endif
 #pragma unroll
     for (int i = 0; i < MT; i++) {
         const int row = block_row + warp_row + i * 16 + g;
@@ -217,4 +234,18 @@ void matmul_10(const int M, const int N, const int K, const __global float* rest
             store_pair(C, row + 8, col, M, N, pair_ok, acc[i][j][2], acc[i][j][3]);
         }
     }
+}
+
+// C = the sum of the SPLIT_K partial products P (SPLIT_K slices of M x N, slice by slice in
+// order, so the result does not depend on timing), one element per work-item.
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void sum_slices(const int M, const int N, const __global float* restrict P,
+                __global float* restrict C) {
+    const size_t elements = (size_t)M * N;
+    const size_t i = get_global_id(0);
+    if (i >= elements) return;
+    float sum = P[i];
+#pragma unroll
+    for (int z = 1; z < SPLIT_K; z++) sum += P[z * elements + i];
+    C[i] = sum;
 }
