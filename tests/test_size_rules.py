@@ -194,3 +194,26 @@ def test_matmul_11_splits_k_where_its_tiles_leave_block_slots_empty(sizes, split
     opencl = compose_config("kernel=matmul_11", "backend=opencl", *sizes)
     assert "backend == 'opencl'" in apply_size_rules(opencl, set())
     assert opencl.kernel.params.SPLIT_K == 1
+
+
+@pytest.mark.parametrize("backend", ["backend=cuda", "backend=opencl"])
+@pytest.mark.parametrize("sizes, split", [
+    (["size=512"], 8),
+    (["size=768"], 6),
+    (["size=1024"], 4),
+    (["m=1024", "n=1024", "k=8192"], 4),
+    (["shape=1000x1030x999"], 3),
+    (["size=1280"], 2),
+    (["shape=square_2048"], 1),           # measured slower split, in both backends
+    (["m=1024", "n=1024", "k=100"], 1),
+])
+def test_matmul_10_splits_k_where_its_tiles_leave_block_slots_empty(backend, sizes, split):
+    """matmul_10 (TF32) takes matmul_11's split rules in both backends: its 128-thread blocks
+    also fit two an SM (CUDA 226 registers, OpenCL 254), and both measured faster split."""
+    cfg = compose_config("kernel=matmul_10", backend, *sizes)
+    rule = apply_size_rules(cfg, set())
+    assert cfg.kernel.params.SPLIT_K == split
+    assert (rule is not None) == (split > 1)
+    if split > 1:
+        tiles = -(-cfg.m // 128) * -(-cfg.n // 128)
+        assert tiles * split <= 264 and cfg.k >= 64 * split and f"SPLIT_K={split}" in rule
