@@ -14,18 +14,18 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner.backends import make_backend
 from runner.errors import Refused, RunError
-from runner.execute import execute
-from runner.gpu_pool import claim_gpu
-from runner.interrupts import describe, shielded
-from runner.paths import CONF_DIR, source_file_name
-from runner.resume import KEY_TAG, find_measurement, measurement_key, reuse
-from runner.schema import register_configs
-from runner.size_rules import apply_size_rules, pinned_params
-from runner.spec import ProblemSize, plan_kernel
-from runner.summary import headline, print_cached, print_failure, print_summary
-from runner.sweep import current_parent_run_id, in_sweep
-from runner.tracking import Recorder, comparable_params
-from runner.validate import validate
+from runner.run.execute import execute
+from runner.sweep.gpu_pool import claim_gpu
+from runner.terminal.interrupts import describe, shielded
+from runner.config.paths import CONF_DIR, source_file_name
+from runner.record.resume import KEY_TAG, find_measurement, measurement_key, reuse
+from runner.config.schema import register_configs
+from runner.config.size_rules import apply_size_rules, pinned_params
+from runner.config.spec import ProblemSize, plan_kernel
+from runner.terminal.summary import headline, print_cached, print_failure, print_summary
+from runner.sweep.callback import current_parent_run_id, in_sweep
+from runner.record.tracking import Recorder, comparable_params
+from runner.config.validate import validate
 
 log = logging.getLogger("runner")
 
@@ -111,7 +111,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.finish(str(error))
         print_failure(str(error), where)
         return None
-    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (runner/interrupts.py)
+    except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (runner/terminal/interrupts.py)
         reason = describe(interrupt)
         with shielded():
             recorder.finish(reason, status="killed")

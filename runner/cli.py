@@ -6,7 +6,7 @@ and does not compose any config; every other argument goes to the Hydra app unch
 Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
 which spreads over several lines with the schema's class names, folded into one), and a
 RunError raised outside a run (a sweep's tracking store that cannot be opened). Ctrl-C and
-SIGTERM end the run in progress as KILLED (runner/interrupts.py) and exit 130 and 143.
+SIGTERM end the run in progress as KILLED (runner/terminal/interrupts.py) and exit 130 and 143.
 `HYDRA_FULL_ERROR=1` shows Hydra's own message and stack as before.
 """
 
@@ -68,7 +68,7 @@ def _report_errors_on_one_line() -> None:
             except (CompactHydraException, OmegaConfBaseException, RunError, YAMLError) as error:
                 if os.environ.get("HYDRA_FULL_ERROR") == "1":
                     raise
-                from runner.summary import print_failure
+                from runner.terminal.summary import print_failure
 
                 if isinstance(error, RunError):
                     print_failure(str(error).strip(), None)
@@ -89,7 +89,7 @@ def main() -> None:
 
         print(f"gemmlab {__version__}")
         return
-    from runner.interrupts import describe, install_sigterm_handler, signal_of
+    from runner.terminal.interrupts import describe, install_sigterm_handler, signal_of
 
     install_sigterm_handler()
     try:
@@ -99,7 +99,7 @@ def main() -> None:
         hydra_app()
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: the run already says KILLED
         if not getattr(interrupt, "reported", False):
-            from runner.summary import print_failure
+            from runner.terminal.summary import print_failure
 
             print_failure(describe(interrupt), None)
         sys.exit(128 + signal_of(interrupt))

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
-from runner.paths import CONF_DIR
-from runner.schema import register_configs
+from runner.config.paths import CONF_DIR
+from runner.config.schema import register_configs
 
 register_configs()
 
@@ -59,7 +59,7 @@ CUDA_SIZE_RULES = {(name, index): _rule_overrides(rule)
 
 
 def _holds(rule: str, names: dict) -> bool:
-    from runner.expressions import ArithmeticFailure, evaluate
+    from runner.config.expressions import ArithmeticFailure, evaluate
 
     try:
         return bool(evaluate(rule, names))

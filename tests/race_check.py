@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import runner.execute
+import runner.run.execute
 from conftest import compose_config
 from runner.backends.opencl import OpenCLBackend
-from runner.execute import checked_launch, prepare
-from runner.operations import effective_check
-from runner.operations import make_problem
-from runner.spec import ProblemSize, plan_kernel
+from runner.run.execute import checked_launch, prepare
+from runner.run.operations import effective_check
+from runner.run.operations import make_problem
+from runner.config.spec import ProblemSize, plan_kernel
 
 parser = argparse.ArgumentParser()
 parser.add_argument("kernel")
@@ -31,13 +31,13 @@ args = parser.parse_args()
 language, suffix, barrier = (("cuda", "cu", "__syncthreads();") if args.backend == "cuda"
                              else ("opencl", "cl", "barrier(CLK_LOCAL_MEM_FENCE);"))
 if args.drop_barrier is not None:
-    source = runner.execute.kernel_source_path(language, f"{args.kernel}.{suffix}").read_text()
+    source = runner.run.execute.kernel_source_path(language, f"{args.kernel}.{suffix}").read_text()
     parts = source.split(barrier)
     kept = parts[: args.drop_barrier + 1]
     edited = barrier.join(kept) + "".join(";" + part for part in parts[args.drop_barrier + 1:])
     path = Path(args.scratch)
     path.write_text(edited)
-    runner.execute.kernel_source_path = lambda backend, name, *dirs: path
+    runner.run.execute.kernel_source_path = lambda backend, name, *dirs: path
 
 if args.backend == "cuda":
     from runner.backends.cuda import CUDABackend

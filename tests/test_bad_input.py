@@ -8,7 +8,7 @@ import sys
 import mlflow
 import pytest
 
-import runner.execute
+import runner.run.execute
 from conftest import compose_config
 from runner.app import run
 
@@ -95,10 +95,10 @@ def test_problem_larger_than_device_memory(store, monkeypatch):
 
 def test_wrong_result_fails_verification_and_reports_no_speed(store, tmp_path, monkeypatch):
     broken = tmp_path / "matmul_2.cl"
-    source = runner.execute.kernel_source_path("opencl", "matmul_2.cl").read_text()
+    source = runner.run.execute.kernel_source_path("opencl", "matmul_2.cl").read_text()
     broken.write_text(source.replace("acc += Asub[ty][k] * Bsub[k][tx];",
                                      "acc += Asub[ty][k] * Bsub[k][tx] * 1.001f;"))
-    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name, *dirs: broken)
+    monkeypatch.setattr(runner.run.execute, "kernel_source_path", lambda backend, name, *dirs: broken)
     reason = run_failing(store, "kernel=matmul_2", "size=48")
     assert "wrong result" in reason and "exceeds the tolerance" in reason
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from mlflow.tracking import MlflowClient
 
-from runner.store import ensure_store
+from runner.record.store import ensure_store
 
 QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0", "size=16"]
 ERROR = "gemmlab: error:"
@@ -216,7 +216,7 @@ def test_a_size_over_the_devices_memory_is_refused_before_any_input_is_drawn(sto
 # --- kernel sources of the user's own: one that does not compile, or computes wrong ---
 
 def _kernel_dir(tmp_path: Path, edit) -> Path:
-    from runner.paths import kernel_source_path
+    from runner.config.paths import kernel_source_path
 
     source = kernel_source_path("opencl", "matmul_2.cl").read_text()
     folder = tmp_path / "my_kernels"
@@ -250,7 +250,7 @@ def test_a_broken_kernel_source_fails_short_and_is_never_timed(store, tmp_path, 
 
 def test_the_kernel_edits_hit_the_source():
     """The edits above change the packaged source (a no-op edit would make the tests lie)."""
-    from runner.paths import kernel_source_path
+    from runner.config.paths import kernel_source_path
 
     source = kernel_source_path("opencl", "matmul_2.cl").read_text()
     for _, edit, _, _ in BROKEN_SOURCES:

@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from runner.tracking import git_commit
+from runner.record.tracking import git_commit
 
 
 @pytest.fixture(autouse=True)

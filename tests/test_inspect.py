@@ -5,9 +5,9 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import SGEMM_KERNELS, compose_config
-from runner import inspect as inspect_cli
-from runner.inspection import find_tool
-from runner.sass import (InstructionMix, ffma_bank_conflicts, ffma_moved_accumulators,
+from runner.inspect import command as inspect_cli
+from runner.inspect.program import find_tool
+from runner.inspect.sass import (InstructionMix, ffma_bank_conflicts, ffma_moved_accumulators,
                          main_loop, parse_sass)
 
 needs_cuda_tools = pytest.mark.skipif(

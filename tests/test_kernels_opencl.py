@@ -5,10 +5,10 @@ import pytest
 from conftest import (MOVE_KERNELS, NVIDIA_ONLY_KERNELS, PORTABLE_SGEMM_KERNELS, compose_config,
                       variant_params)
 from runner.errors import Refused
-from runner.limits import check_device_support, check_launch_limits
-from runner.execute import checked_launch, prepare
-from runner.operations import make_problem
-from runner.spec import ProblemSize, plan_kernel
+from runner.run.limits import check_device_support, check_launch_limits
+from runner.run.execute import checked_launch, prepare
+from runner.run.operations import make_problem
+from runner.config.spec import ProblemSize, plan_kernel
 
 SGEMM_SIZES = [(1, 1, 1), (17, 33, 9), (127, 129, 65), (64, 64, 64)]
 # (203, 261) and (200, 259) have tiles of 64 that neither start nor end a dst row, where
@@ -104,13 +104,13 @@ def test_a_step_for_one_architecture_is_refused_on_any_other():
 
 def test_a_kernel_that_skips_elements_is_caught(cpu_backend, tmp_path, monkeypatch):
     """The poisoned output catches an element the kernel never wrote."""
-    import runner.execute
+    import runner.run.execute
 
     broken = tmp_path / "matmul_1.cl"
-    broken.write_text((runner.execute.kernel_source_path("opencl", "matmul_1.cl")).read_text()
+    broken.write_text((runner.run.execute.kernel_source_path("opencl", "matmul_1.cl")).read_text()
                       .replace("if (row >= M || col >= N) return;",
                                "if (row >= M || col >= N || (row == 3 && col == 5)) return;"))
-    monkeypatch.setattr(runner.execute, "kernel_source_path", lambda backend, name, *dirs: broken)
+    monkeypatch.setattr(runner.run.execute, "kernel_source_path", lambda backend, name, *dirs: broken)
     result = _run(cpu_backend, "matmul_1", {"TS": 16}, (17, 33, 9))
     assert not result.passed
     assert "[3, 5]" in result.detail

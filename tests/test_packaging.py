@@ -4,7 +4,7 @@ import fnmatch
 
 import pytest
 
-from runner.paths import checkout_root
+from runner.config.paths import checkout_root
 
 tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
 

@@ -10,8 +10,8 @@ from mlflow.tracking import MlflowClient
 
 from conftest import compose_config
 from runner.app import run
-from runner.report import as_read_from, build_report
-from runner.report import main as report_main
+from runner.results.report import as_read_from, build_report
+from runner.results.report import main as report_main
 
 
 def _common(store: str, experiment: str = "ladder") -> list[str]:
@@ -177,7 +177,7 @@ def test_build_report_with_only_failed_runs_or_one_run(store, tmp_path):
 
 def test_rate_plot_steps_look_different_beyond_ten():
     """matplotlib has ten colours; the SGEMM ladder has 12 steps."""
-    from runner.report import series_style
+    from runner.results.report import series_style
 
     styles = [series_style(i) for i in range(25)]
     assert len(set(styles)) == 25
@@ -187,7 +187,7 @@ def test_rate_plot_steps_look_different_beyond_ten():
 def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
     """A shape that is not square (33x17x9 beside 40) is an open marker, not a point on the
     step's line: a line would jump between two sizes that are not a sequence."""
-    import runner.report as report
+    import runner.results.report as report
 
     uri, parent_id = store
     runs = [r for r in _sweep_runs(uri, parent_id)

@@ -6,9 +6,9 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from mlflow.tracking import MlflowClient
 
 from conftest import compose_config
-from runner import seed_tables
+from runner.results import seed_tables
 from runner.app import run
-from runner.spec import ProblemSize, plan_kernel
+from runner.config.spec import ProblemSize, plan_kernel
 
 TABLES = seed_tables.table_names()
 ROWS = [(name, row.id) for name in TABLES for row in seed_tables.load_table(name).rows]

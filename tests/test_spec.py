@@ -6,8 +6,8 @@ import pytest
 
 from conftest import KERNEL_NAMES, compose_config, constrained_param_combinations, kernel_yaml
 from runner.errors import RunError
-from runner.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
-from runner.spec import ProblemSize, plan_kernel
+from runner.config.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
+from runner.config.spec import ProblemSize, plan_kernel
 
 
 def plan_for(name: str, size=(64, 64, 64), **params):

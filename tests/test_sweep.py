@@ -15,8 +15,8 @@ import pytest
 from mlflow.tracking import MlflowClient
 
 from conftest import compose_config
-from runner.store import ensure_store
-from runner.sweep import expected_jobs, sweep_definition
+from runner.record.store import ensure_store
+from runner.sweep.callback import expected_jobs, sweep_definition
 
 QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0"]
 
@@ -273,7 +273,7 @@ def test_the_search_space_matches_its_grid_and_the_allowed_values(search, grid):
 
 
 def test_the_tuning_page_compares_the_search_with_the_grid(tmp_path):
-    from runner.tuning import main as tuning_main
+    from runner.results.tuning import main as tuning_main
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     space = ["kernel.params.TS=8,16", "kernel.params.WPT=1,2,4"]

@@ -11,10 +11,10 @@ import pytest
 from conftest import compose_config
 from runner.app import run
 from runner.backends.opencl import OpenCLBackend
-from runner.execute import prepare
-from runner.operations import make_problem
-from runner.spec import ProblemSize, plan_kernel
-from runner.timing import TimeStats, measure
+from runner.run.execute import prepare
+from runner.run.operations import make_problem
+from runner.config.spec import ProblemSize, plan_kernel
+from runner.run.timing import TimeStats, measure
 
 
 def test_measure_drops_the_warm_up_and_flushes_before_every_sample():

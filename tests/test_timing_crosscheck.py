@@ -11,10 +11,10 @@ import pytest
 
 from conftest import compose_config, requires_cuda_gpu, requires_nvidia_opencl
 from runner.backends import make_backend
-from runner.execute import checked_launch, prepare
-from runner.operations import make_problem
-from runner.spec import ProblemSize, plan_kernel
-from runner.timing import TimeStats, measure
+from runner.run.execute import checked_launch, prepare
+from runner.run.operations import make_problem
+from runner.config.spec import ProblemSize, plan_kernel
+from runner.run.timing import TimeStats, measure
 
 pytestmark = pytest.mark.gpu
 LOOP = 50

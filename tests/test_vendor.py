@@ -3,10 +3,10 @@ differ in precision or tolerance; cuBLAS in TF32 mode only for a reduced-precisi
 
 import numpy as np
 
-import runner.vendor as vendor
+import runner.run.vendor as vendor
 from conftest import compose_config
-from runner.operations import effective_check, make_problem
-from runner.spec import ProblemSize, plan_kernel
+from runner.run.operations import effective_check, make_problem
+from runner.config.spec import ProblemSize, plan_kernel
 
 
 class FakeCuda:

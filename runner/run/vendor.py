@@ -15,10 +15,10 @@ from typing import Optional
 import numpy as np
 
 from runner.backends.base import Backend
-from runner.operations import Problem, check_sgemm
-from runner.schema import Operation
-from runner.spec import KernelPlan
-from runner.timing import measure
+from runner.run.operations import Problem, check_sgemm
+from runner.config.schema import Operation
+from runner.config.spec import KernelPlan
+from runner.run.timing import measure
 
 
 @dataclass(frozen=True)

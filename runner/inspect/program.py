@@ -6,7 +6,7 @@ the PTX of the program binary and ptxas' report (`-cl-nv-verbose`); a CPU driver
 the kernel's work-group queries give, and that is said in the summary.
 
 `inspect_program` is what both `python -m runner.inspect` and every run (`inspect/` artifacts,
-runner/execute.py) call; it never raises for a missing tool, it says what was missing.
+runner/run/execute.py) call; it never raises for a missing tool, it says what was missing.
 """
 
 import importlib.metadata
@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from runner.backends.base import KernelResources
 from runner.backends.ptxas import parse_ptxas_report
-from runner.sass import BANK_RULE, InstructionMix, main_loop, parse_sass
+from runner.inspect.sass import BANK_RULE, InstructionMix, main_loop, parse_sass
 
 # The disassemblers, in the order tried, with the pip package that carries each one.
 DISASSEMBLERS = (("nvdisasm", "nvidia-cuda-nvdisasm", ["-c"]),

@@ -23,8 +23,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from runner.errors import RunError
-from runner.paths import CONF_DIR, kernel_source_path
-from runner.schema import register_configs
+from runner.config.paths import CONF_DIR, kernel_source_path
+from runner.config.schema import register_configs
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -34,7 +34,7 @@ def compose(overrides: list[str]):
     applied as a run applies them; and the rule applied, in words (None when none was)."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
-    from runner.size_rules import apply_size_rules, pinned_params
+    from runner.config.size_rules import apply_size_rules, pinned_params
 
     register_configs()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
@@ -64,7 +64,7 @@ def _backend(cfg):
 def _check_target(plan, backend) -> None:
     """A tensor-core step is compiled only for a target that has the instructions."""
     from runner.errors import Refused
-    from runner.limits import check_device_support
+    from runner.run.limits import check_device_support
 
     needed = plan.requires_compute_capability
     if needed is None:
@@ -82,10 +82,10 @@ def _check_target(plan, backend) -> None:
 
 def inspect_config(cfg):
     """Compile the config's kernel as a run would (same plan, defines and cache) and inspect it."""
-    from runner.execute import compile_once
-    from runner.inspection import inspect_program
-    from runner.paths import source_file_name
-    from runner.spec import ProblemSize, plan_kernel
+    from runner.run.execute import compile_once
+    from runner.inspect.program import inspect_program
+    from runner.config.paths import source_file_name
+    from runner.config.spec import ProblemSize, plan_kernel
 
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     backend = _backend(cfg)
@@ -105,7 +105,7 @@ def write_files(inspection, folder: Path) -> Path:
 
 
 def print_inspection(inspection, folder: Path) -> None:
-    from runner.inspection import summary_rows
+    from runner.inspect.program import summary_rows
 
     table = Table(title=f"{inspection.kernel} · {inspection.backend} · {inspection.target}",
                   title_justify="left")
@@ -128,7 +128,7 @@ SHORT_COLUMNS = ["step", "regs", "spills", "shared", "bars", "instr", "FFMA", "l
 
 
 def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> list[str]:
-    from runner.inspection import _n, _pct, with_wide
+    from runner.inspect.program import _n, _pct, with_wide
 
     if inspection is None:
         return [step, f"failed: {failure}"] + [""] * (len(LADDER_COLUMNS) - 2)
@@ -144,7 +144,7 @@ def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> lis
 
 
 def run_ladder(name: str, overrides: list[str], out: Path) -> int:
-    from runner.inspection import BANK_RULE, markdown_table
+    from runner.inspect.program import BANK_RULE, markdown_table
 
     steps = ladders().get(name)
     if steps is None:

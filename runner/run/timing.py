@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
-from runner import progress as progress_bars
+from runner.terminal import progress as progress_bars
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,9 @@ from typing import Optional
 from runner import __version__
 from runner.backends.base import Backend
 from runner.errors import RunError
-from runner.operations import check_tolerance
-from runner.paths import kernel_source_path
-from runner.spec import KernelPlan
+from runner.run.operations import check_tolerance
+from runner.config.paths import kernel_source_path
+from runner.config.spec import KernelPlan
 
 KEY_TAG = "gemmlab.measurement_key"
 REUSED_TAG = "gemmlab.reused_from"

@@ -15,9 +15,9 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from runner import __version__
-from runner.operations import check_tolerance
-from runner.paths import PACKAGE_DIR, checkout_root
-from runner.store import ensure_store
+from runner.run.operations import check_tolerance
+from runner.config.paths import PACKAGE_DIR, checkout_root
+from runner.record.store import ensure_store
 
 
 def _quiet_mlflow() -> None:

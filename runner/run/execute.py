@@ -11,14 +11,14 @@ from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.errors import Refused, VerificationError
-from runner.limits import (check_device_support, check_host_memory, check_kernel_limits,
+from runner.run.limits import (check_device_support, check_host_memory, check_kernel_limits,
                            check_launch_limits, check_memory)
-from runner.operations import (CheckResult, Problem, check_result, effective_check,
+from runner.run.operations import (CheckResult, Problem, check_result, effective_check,
                                make_problem, operation_floats)
-from runner.paths import kernel_source_path
-from runner.spec import KernelPlan
-from runner.timing import TimeStats, measure
-from runner.vendor import VendorResult, vendor_baseline
+from runner.config.paths import kernel_source_path
+from runner.config.spec import KernelPlan
+from runner.run.timing import TimeStats, measure
+from runner.run.vendor import VendorResult, vendor_baseline
 
 
 @dataclass
@@ -96,14 +96,14 @@ def compile_once(backend: Backend, source: str, file_name: str, entries: list[st
 
 
 def inspect_once(backend: Backend, prepared: "PreparedRun", plan: KernelPlan) -> dict[str, str]:
-    """The inspection files of a compiled program (runner/inspection.py: summary.md, PTX, SASS
+    """The inspection files of a compiled program (runner/inspect/program.py: summary.md, PTX, SASS
     or the build log), made once per program like the program itself. Never fails a run: what
     could not be made is said in summary.md."""
     key = _program_key(backend, prepared.source, prepared.file_name, plan.entries, plan.defines,
                        plan.max_registers)
     if key not in _inspections:
         try:
-            from runner.inspection import inspect_program
+            from runner.inspect.program import inspect_program
 
             _inspections[key] = inspect_program(backend, prepared.source, prepared.file_name,
                                                 plan, prepared.program).files

@@ -11,8 +11,8 @@ from typing import Optional
 import numpy as np
 from omegaconf import OmegaConf
 
-from runner.schema import Operation
-from runner.spec import ProblemSize
+from runner.config.schema import Operation
+from runner.config.spec import ProblemSize
 
 
 @dataclass(frozen=True)

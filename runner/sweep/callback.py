@@ -28,11 +28,11 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
-from runner.records import rate as _rate
-from runner.records import size_label as _size
-from runner.records import status as _status
-from runner.records import tiling as _tiling
-from runner.records import unit as _unit
+from runner.results.records import rate as _rate
+from runner.results.records import size_label as _size
+from runner.results.records import status as _status
+from runner.results.records import tiling as _tiling
+from runner.results.records import unit as _unit
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
 STATUSES = ("ok", "cached", "refused", "failed")
@@ -207,7 +207,7 @@ class _ProgressMonitor:
         from mlflow.tracking import MlflowClient
         from rich.progress import Progress
 
-        from runner import progress as progress_bars
+        from runner.terminal import progress as progress_bars
 
         self._client = MlflowClient(uri)
         self._where = (experiment_id, parent_run_id)
@@ -231,7 +231,7 @@ class _ProgressMonitor:
                                   description=_progress_line(summary))
 
     def close(self) -> None:
-        from runner import progress as progress_bars
+        from runner.terminal import progress as progress_bars
 
         if self.enabled:
             self._stop.set()
@@ -244,7 +244,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
                         parent_run_id: str, uri: str, overhead: Optional[float] = None) -> None:
     from rich.table import Table
 
-    from runner.summary import console, log_console
+    from runner.terminal.summary import console, log_console
 
     table = Table(title=f"{parent_name}: best configuration per kernel and size",
                   title_justify="left")
@@ -285,8 +285,8 @@ class SweepRecorder(Callback):
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         from mlflow.tracking import MlflowClient
 
-        from runner.store import ensure_store
-        from runner.tracking import _quiet_mlflow, experiment_for, provenance_tags
+        from runner.record.store import ensure_store
+        from runner.record.tracking import _quiet_mlflow, experiment_for, provenance_tags
 
         tracking = config.tracking
         ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
@@ -380,7 +380,7 @@ class SweepRecorder(Callback):
 
     def _log_report(self, parent: str, summary: SweepSummary) -> None:
         """The report's page and plots of this sweep (best configuration per step and size)."""
-        from runner.report import build_report
+        from runner.results.report import build_report
 
         with tempfile.TemporaryDirectory() as folder:
             written = build_report(summary.runs, self._name, Path(folder), self._uri,

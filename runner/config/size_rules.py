@@ -16,7 +16,7 @@ from typing import Optional
 from omegaconf import OmegaConf
 
 from runner.errors import RunError
-from runner.expressions import ExpressionError, evaluate
+from runner.config.expressions import ExpressionError, evaluate
 
 PARAM_PREFIX = "kernel.params."
 CAP_KEY = "kernel.max_registers"

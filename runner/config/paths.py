@@ -21,7 +21,7 @@ from runner.errors import Refused, RunError
 
 KERNEL_PATH_VARIABLE = "GEMMLAB_KERNEL_PATH"
 
-PACKAGE_DIR = Path(__file__).resolve().parent
+PACKAGE_DIR = Path(__file__).resolve().parent.parent  # runner/, above runner/config/
 
 
 def checkout_root(package_dir: Path = PACKAGE_DIR) -> Optional[Path]:

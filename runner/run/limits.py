@@ -4,7 +4,7 @@ from typing import Mapping, Optional
 
 from runner.backends.base import DeviceInfo, KernelResources
 from runner.errors import Refused
-from runner.spec import KernelPlan
+from runner.config.spec import KernelPlan
 
 
 def _gb(nbytes: int) -> str:

@@ -1,6 +1,6 @@
 """The composed config's numbers against their ranges: one table, checked before anything runs.
 
-The schema (runner/schema.py) already refuses a value of the wrong type at composition (Hydra's
+The schema (runner/config/schema.py) already refuses a value of the wrong type at composition (Hydra's
 message). What it cannot say is that a value of the right type makes no sense: no timed
 repetitions, a tolerance of zero, a negative seed. Each key here has its range and the reason
 for it; a value outside refuses the run (recorded as FAILED, status `refused`) with one line
@@ -13,7 +13,7 @@ from typing import NamedTuple, Optional
 from omegaconf import OmegaConf
 
 from runner.errors import Refused
-from runner.paths import check_source_name
+from runner.config.paths import check_source_name
 
 INT32_MAX = 2**31 - 1
 

@@ -1,0 +1,679 @@
+"""Results pages built from MLflow records, never from stdout: a Markdown page and PNG plots.
+
+    python -m runner.report --experiment sgemm_ladder [--uri sqlite:///mlflow.db] [--out docs/benchmarks]
+    python -m runner.report --sweep <parent id or name> [--backend cuda] [--device H200] [--name x]
+
+For each backend and device: the latest finished run of every kernel and size, with its rate,
+% of the vendor library in the same run, registers, spills, shared memory and error; failed and
+refused runs with their reasons; the device, driver, date and the exact command that produced
+the runs; one line per sweep (an MLflow parent run) with its counts. Plots, one PNG each and
+only where there is data: rate against size with the vendor's line, the ladder as bars with
+% of vendor, registers and spills per step, OpenCL against CUDA on the same device.
+
+`build_report(runs, title, out_dir, uri)` is the same page for a list of runs already in hand
+(what a sweep calls at its end to log the page on its parent run).
+"""
+
+import argparse
+import datetime as dt
+import re
+import shlex
+import sys
+import textwrap
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only; no screen needed
+import matplotlib.pyplot as plt  # noqa: E402
+
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
+
+from runner.results.records import is_gemm as _is_gemm  # noqa: E402
+from runner.results.records import rate as _rate  # noqa: E402
+from runner.results.records import size_label as _size_label  # noqa: E402
+from runner.results.records import status  # noqa: E402
+from runner.results.records import vendor_rate as _vendor_rate  # noqa: E402
+
+SWEEP_TAG = "gemmlab.sweep"
+PARENT_TAG = "mlflow.parentRunId"
+STATUSES = ("ok", "refused", "failed", "cached")
+MEASURED = ("ok", "cached")  # runs whose metrics are a measurement (cached: copied from one)
+
+
+# ---------------------------------------------------------------- reading runs from MLflow
+
+def _client(uri: str):
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
+
+
+def _search(client, experiment_ids: list[str], filter_string: str = "") -> list:
+    """Every matching run (all pages), newest first."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs(experiment_ids, filter_string, max_results=1000,
+                                  order_by=["attributes.start_time DESC"], page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def _experiment_ids(client, experiment: Optional[str]) -> list[str]:
+    if experiment is None:
+        return [e.experiment_id for e in client.search_experiments()]
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise SystemExit(f"no experiment {experiment!r}")
+    return [found.experiment_id]
+
+
+def find_sweep(client, sweep: str, experiment_ids: list[str]):
+    """The parent run named by id, else by run name (the newest sweep of that name)."""
+    try:
+        parent = client.get_run(sweep)
+        if parent.info.experiment_id in experiment_ids:
+            return parent
+    except Exception:  # not a run id: a run name
+        pass
+    quoted = sweep.replace("'", "\\'")
+    named = _search(client, experiment_ids, f"attributes.run_name = '{quoted}'")
+    sweeps = [r for r in named if r.data.tags.get(SWEEP_TAG) == "true"] or named
+    if not sweeps:
+        raise SystemExit(f"no sweep with run id or name {sweep!r}")
+    return sweeps[0]
+
+
+def load_runs(uri: str, experiment: Optional[str] = None, sweep: Optional[str] = None) -> list:
+    """The runs of an experiment, or the children of one sweep (in every experiment unless an
+    experiment is named), newest first; sweep parents themselves are never data."""
+    client = _client(uri)
+    experiment_ids = _experiment_ids(client, experiment)
+    if sweep is not None:
+        parent = find_sweep(client, sweep, experiment_ids)
+        runs = _search(client, experiment_ids, f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
+        where = f"sweep {parent.info.run_name!r} ({parent.info.run_id})"
+    else:
+        runs = _search(client, experiment_ids)
+        where = f"experiment {experiment!r}"
+    runs = [r for r in runs if r.data.tags.get(SWEEP_TAG) != "true"]
+    if not runs:
+        raise SystemExit(f"no runs in {where} at {uri}")
+    return runs
+
+
+def select(runs: list, backend: Optional[str] = None, device: Optional[str] = None) -> list:
+    """Runs of one backend (exact name) and/or whose device.name contains `device` (any case).
+    Runs refused before a device was opened carry no device name and drop out under --device."""
+    if backend is not None:
+        runs = [r for r in runs if r.data.params.get("backend.name") == backend]
+    if device is not None:
+        runs = [r for r in runs if device.lower() in r.data.tags.get("device.name", "").lower()]
+    return runs
+
+
+# ---------------------------------------------------------------- tables
+
+def _step_key(kernel: str):
+    family, _, step = kernel.rpartition("_")
+    return (family, int(step) if step.isdigit() else 0)
+
+
+def _fmt(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)
+
+
+def _fmt_rate(value) -> str:
+    """Thousands separated; three significant digits below 100 (a CPU's few GFLOPS)."""
+    return _fmt(value, ",.0f" if value is None or abs(value) >= 100 else ".3g")
+
+
+def _size_key(size: str):
+    return tuple(int(v) for v in re.findall(r"\d+", size))
+
+
+def _unit(is_gemm: bool) -> str:
+    return "GFLOPS" if is_gemm else "GB/s"
+
+
+def latest_per_cell(runs, best: bool = False) -> dict:
+    """(backend, device) -> {(kernel, size label): newest measured run (ok or cached)}; with
+    `best`, the fastest instead (a tiling sweep: its best configuration per step and size)."""
+    table = defaultdict(dict)
+    for run in sorted(runs, key=lambda r: -r.info.start_time):
+        if status(run) not in MEASURED:
+            continue
+        params = run.data.params
+        key = (params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
+        cell = (params.get("kernel.name", "?"), _size_label(run))
+        held = table[key].get(cell)
+        if held is None or (best and (_rate(run) or 0) > (_rate(held) or 0)):
+            table[key][cell] = run
+    return dict(table)
+
+
+def failures(runs) -> list[str]:
+    """One line per failed or refused configuration (newest only): parameters and reason."""
+    seen, lines = set(), []
+    for run in sorted(runs, key=lambda r: -r.info.start_time):
+        state = status(run)
+        if state not in ("failed", "refused"):
+            continue
+        params = run.data.params
+        tiling = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(params.items())
+                           if k.startswith("kernel.params."))
+        key = (params.get("backend.name"), params.get("kernel.name"), _size_label(run), tiling)
+        if key in seen:
+            continue
+        seen.add(key)
+        reason = run.data.tags.get("failure_reason", run.info.status)
+        lines.append(f"- {key[0]} · {key[1]} at {key[2]} ({tiling}): {state}: {reason}")
+    return lines
+
+
+def sweep_lines(runs, uri: str) -> list[str]:
+    """One line per sweep (parent run) behind the runs: its name, id and children's counts."""
+    children = defaultdict(list)
+    for run in runs:
+        parent = run.data.tags.get(PARENT_TAG)
+        if parent:
+            children[parent].append(run)
+    if not children:
+        return []
+    client = _client(uri)
+    lines = []
+    for parent_id, kids in sorted(children.items(), key=lambda c: -min(r.info.start_time
+                                                                       for r in c[1])):
+        try:
+            name = client.get_run(parent_id).info.run_name
+        except Exception:  # the parent is gone or in a store we cannot read: still counted
+            name = "?"
+        counts = Counter(status(r) for r in kids)
+        others = sorted(set(counts) - set(STATUSES))
+        counted = ", ".join(f"{counts[s]} {s}" for s in (*STATUSES, *others))
+        lines.append(f"- sweep `{name}` (run `{parent_id}`): {counted}")
+    return ["Sweeps (counts among the runs on this page):", "", *lines, ""]
+
+
+def summary_table(table: dict) -> list[str]:
+    """Steps down, backend and size across: rate and % of the vendor library, at a glance."""
+    columns = []
+    for (backend, device), cells in sorted(table.items()):
+        for size in sorted({size for _, size in cells}, key=_size_key):
+            columns.append((backend, device, size))
+    kernels = sorted({k for cells in table.values() for k, _ in cells}, key=_step_key)
+    if not columns:
+        return []
+    several_devices = len({d for _, d, _ in columns}) > 1
+    square = all(len(set(_size_key(s))) == 1 for _, _, s in columns)
+
+    def head(backend, device, size):
+        label = f"{backend} {size.split('x')[0] if square else size}"
+        return f"{label} ({device})" if several_devices else label
+
+    header = "| step | " + " | ".join(head(*c) for c in columns) + " |"
+    lines = ["Rate (GFLOPS, or GB/s for copies) and % of the vendor library in the same run:", "",
+             header, "| --- |" + " ---: |" * len(columns)]
+    for kernel in kernels:
+        row = []
+        for backend, device, size in columns:
+            run = table[(backend, device)].get((kernel, size))
+            if run is None:
+                row.append("—")
+                continue
+            m = run.data.metrics
+            row.append(f"{_fmt_rate(_rate(run))} "
+                       f"({_fmt(m.get('perf/pct_of_vendor'), '.0f')}%)")
+        lines.append(f"| {kernel} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def as_read_from(command: str, uri: str) -> str:
+    """The recorded command with its store override replaced by the store the page was read
+    from: a sweep run elsewhere (a GPU machine, a scratch folder) and copied here recorded an
+    absolute path that means nothing to a reader, who reruns it against the page's store."""
+    return re.sub(r"(?<!\S)(\+{0,2})tracking\.uri=\S+",
+                  lambda found: f"{found.group(1)}tracking.uri={uri}", command)
+
+
+def render_markdown(title: str, uri: str, table: dict, failed: list[str],
+                    command: Optional[str] = None, sweeps: Optional[list[str]] = None,
+                    images: Optional[list[tuple[str, str]]] = None) -> str:
+    how = f"by `{command}` " if command else ""
+    lines = [f"# Benchmark: {title}", "",
+             f"Generated on {dt.date.today().isoformat()} {how}from MLflow runs read from "
+             f"`{uri}` (the store the commands below recorded into). Every number comes from a "
+             "run that verified its result first; the vendor baseline ran in the same run, on "
+             "the same device and data. A step's time covers all its launches, a pre-pass or a "
+             "pass that sums split-K slices included. Cached rows reuse the metrics of an "
+             "earlier run.", ""]
+    lines += sweeps or []
+    lines += summary_table(table)
+    for caption, name in images or []:
+        lines += [f"![{caption}]({name})", ""]
+    for (backend, device), cells in sorted(table.items()):
+        sample = next(iter(cells.values()))
+        tags = sample.data.tags
+        started = dt.datetime.fromtimestamp(sample.info.start_time / 1000, dt.timezone.utc)
+        commands = sorted({as_read_from(r.data.tags.get("gemmlab.command", "?"), uri)
+                           for r in cells.values()})
+        lines += [f"## {backend} on {device}", "",
+                  f"- driver: {tags.get('device.driver', '?')}",
+                  f"- platform: {tags.get('device.platform', '?')}",
+                  f"- vendor baseline: {tags.get('vendor.name', 'none')}",
+                  f"- date (UTC): {started:%Y-%m-%d %H:%M}",
+                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit(s) "
+                  + ", ".join(sorted({r.data.tags.get("gemmlab.git_commit", "?")
+                                      for r in cells.values()})),
+                  "- command(s):", *[f"  - `{c}`" for c in commands], ""]
+        units = {_unit(_is_gemm(r)) for r in cells.values()}
+        rate = units.pop() if len(units) == 1 else "rate"
+        lines += [f"| step | size | {rate} | vendor {rate} | % of vendor | time ms (median) | "
+                  "registers | spill bytes | shared bytes | error |",
+                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        for (kernel, size), run in sorted(cells.items(),
+                                          key=lambda c: (_step_key(c[0][0]), _size_key(c[0][1]))):
+            m = run.data.metrics
+            error = "exact" if not _is_gemm(run) else _fmt(m.get("check/rel_error"), ".1e")
+            step = kernel
+            if status(run) == "cached":
+                step += f" (cached from `{run.data.tags.get('gemmlab.reused_from', '?')[:8]}`)"
+            lines.append(
+                f"| {step} | {size} | {_fmt_rate(_rate(run))} | "
+                f"{_fmt_rate(_vendor_rate(run))} | "
+                f"{_fmt(m.get('perf/pct_of_vendor'), '.1f')} | "
+                f"{_fmt(m.get('time_ms/median'), '.4f')} | "
+                f"{_fmt(m.get('kernel/registers'), '.0f')} | "
+                f"{_fmt(m.get('kernel/spill_bytes'), '.0f')} | "
+                f"{_fmt(m.get('kernel/shared_bytes'), '.0f')} | {error} |")
+        lines.append("")
+    if failed:
+        lines += ["## Failed runs", "",
+                  "Recorded in MLflow with their reason and never timed (refused: rejected by "
+                  "the kernel's constraints or the device's limits before compiling):",
+                  "", *failed, ""]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- plots
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _panels(table: dict) -> list[tuple]:
+    """(backend, device, is_gemm, cells) per panel: GFLOPS and GB/s never share an axis."""
+    panels = []
+    for (backend, device), cells in sorted(table.items()):
+        for is_gemm in (True, False):
+            part = {k: r for k, r in cells.items() if _is_gemm(r) == is_gemm}
+            if part:
+                panels.append((backend, device, is_gemm, part))
+    return panels
+
+
+def _devices(table: dict) -> str:
+    return ", ".join(sorted({device for _, device in table}))
+
+
+def _grid(count: int, width: float, height: float):
+    cols = min(count, 2)
+    rows = -(-count // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(width * cols, height * rows), squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[count:]:
+        ax.set_visible(False)
+    return fig, flat[:count]
+
+
+def _wrapped(text: str, fig) -> str:
+    """A figure title broken into lines that fit the figure's width (a sweep's name is long)."""
+    characters = max(40, int(fig.get_figwidth() * 9))
+    return "\n".join(textwrap.wrap(text, characters))
+
+
+def _save(fig, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _x_of(run) -> tuple[float, bool]:
+    """A size's place on the x axis and whether it is square (M = N = K, or M = N)."""
+    p = run.data.params
+    dims = [int(p.get(d, 0) or 0) for d in (("M", "N", "K") if _is_gemm(run) else ("M", "N"))]
+    product = 1
+    for d in dims:
+        product *= d
+    return product ** (1 / len(dims)), len(set(dims)) == 1
+
+
+def series_style(index: int) -> tuple[str, str, str]:
+    """Colour, marker and line style of the index-th step of a panel: matplotlib's ten colours,
+    then the same colours with triangles on dash-dot lines (the SGEMM ladder has 12 steps, and
+    matmul_1, matmul_11 and matmul_2, matmul_12 must not look alike), then squares on dotted ones."""
+    return (f"C{index % 10}", ("o", "^", "D")[index // 10 % 3], ("-", "-.", ":")[index // 10 % 3])
+
+
+def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
+    """Rate against size for every step with the vendor's median line, one panel per backend
+    and device (and per unit)."""
+    panels = [p for p in _panels(table) if any(_rate(r) for r in p[3].values())]
+    if not panels:
+        return None
+    fig, axes = _grid(len(panels), 7.5, 5)
+    for ax, (backend, device, is_gemm, cells) in zip(axes, panels):
+        series, vendor, square, vendor_name = defaultdict(list), defaultdict(list), True, None
+        odd_vendor = set()   # sizes of the vendor's points that are not square
+        for (kernel, _), run in cells.items():
+            x, is_square = _x_of(run)
+            square &= is_square
+            if _rate(run) is not None:
+                series[kernel].append((x, _rate(run), is_square))
+            if _vendor_rate(run):
+                vendor[x].append(_vendor_rate(run))
+                vendor_name = vendor_name or run.data.tags.get("vendor.name")
+                if not is_square:
+                    odd_vendor.add(x)
+        # Lines join the square sizes; a shape that is not square (4097x4095x4093 next to 4096)
+        # is an open marker of the same colour, so that no line jumps between the two. A panel
+        # of odd shapes only joins them all.
+        any_square = any(p[2] for points in series.values() for p in points)
+        odd_seen = False
+        for index, kernel in enumerate(sorted(series, key=_step_key)):
+            points = sorted(series[kernel])
+            joined = [p for p in points if p[2]] if any_square else points
+            apart = [p for p in points if not p[2]] if any_square else []
+            color, marker, linestyle = series_style(index)
+            ax.plot([p[0] for p in joined], [p[1] for p in joined], color=color, marker=marker,
+                    linestyle=linestyle, label=kernel)
+            if apart:
+                odd_seen = True
+                ax.plot([p[0] for p in apart], [p[1] for p in apart], linestyle="none",
+                        marker=marker, markerfacecolor="none", markeredgewidth=1.5, color=color)
+        if vendor:
+            # The baseline ran once per kernel run: its median over those runs, per size.
+            label = (vendor_name or "vendor") if is_gemm else "device copy"
+            xs = sorted(x for x in vendor if not (any_square and x in odd_vendor))
+            ax.plot(xs, [_median(vendor[x]) for x in xs], "k--", marker="s", markersize=4,
+                    linewidth=2, label=label)
+            apart = sorted(x for x in odd_vendor if any_square)
+            if apart:
+                ax.plot(apart, [_median(vendor[x]) for x in apart], linestyle="none",
+                        marker="s", markersize=5, markerfacecolor="none", color="k")
+        if odd_seen:
+            ax.plot([], [], linestyle="none", marker="o", markerfacecolor="none", color="gray",
+                    label="open: not square")
+        xs = sorted({p[0] for points in series.values() for p in points} | set(vendor))
+        ax.set_xscale("log", base=2)
+        # An odd shape next to a power of two (4097x4095x4093 by 4096) gets no tick of its own:
+        # the two labels would print over each other. Square sizes take the ticks first.
+        square_xs = {p[0] for points in series.values() for p in points if p[2]}
+        ticks = []
+        for x in sorted(xs, key=lambda x: (x not in square_xs, x)):
+            if all(abs(x - tick) > 0.05 * min(x, tick) for tick in ticks):
+                ticks.append(x)
+        ticks.sort()
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xticklabels([f"{x:.0f}" for x in ticks], rotation=30 if len(ticks) > 5 else 0)
+        if len(xs) == 1:
+            ax.set_xlim(xs[0] / 1.5, xs[0] * 1.5)
+        ax.set_ylim(bottom=0)
+        _thousands(ax)
+        dims = "M = N = K" if is_gemm else "M = N"
+        ax.set_xlabel(dims if square else
+                      ("size: (M·N·K)^(1/3)" if is_gemm else "size: (M·N)^(1/2)"))
+        ax.set_ylabel(_unit(is_gemm))
+        ax.set_title(f"{backend} on {device}")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
+    fig.suptitle(_wrapped(f"{_devices(table)}: {title}, rate against size", fig), fontsize=12)
+    return _save(fig, path)
+
+
+def _largest_common_size(cells: dict) -> Optional[str]:
+    """The largest size every step has; else the size most steps have (the largest of those)."""
+    by_size = defaultdict(set)
+    for (kernel, size), run in cells.items():
+        if _rate(run) is not None:
+            by_size[size].add(kernel)
+    if not by_size:
+        return None
+    return max(by_size, key=lambda s: (len(by_size[s]), _size_key(s)))
+
+
+def _bar_labels(ax, bars, labels, fontsize=8, inside_above=None):
+    """A label on each bar: above it, or inside its top (white) when the bar is taller than
+    `inside_above`, so that a line drawn across the bars near their tops cannot cover it."""
+    for bar, label in zip(bars, labels):
+        if not label:
+            continue
+        inside = inside_above is not None and bar.get_height() > inside_above
+        ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    xytext=(0, -3 if inside else 2), textcoords="offset points", ha="center",
+                    va="top" if inside else "bottom", fontsize=fontsize,
+                    color="white" if inside else "black",
+                    fontweight="bold" if inside else "normal")
+
+
+def _thousands(ax):
+    ax.yaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: f"{v:,.0f}" if abs(v) >= 100 or v == int(v) else f"{v:g}"))
+
+
+def _pct(run) -> str:
+    pct = run.data.metrics.get("perf/pct_of_vendor")
+    return "" if pct is None else f"{pct:.0f}%"
+
+
+def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
+    """The ladder as bars at the largest common size, % of vendor on each, the vendor dashed."""
+    panels = []
+    for backend, device, is_gemm, cells in _panels(table):
+        size = _largest_common_size(cells)
+        if size is not None:
+            runs = {k: r for (k, s), r in cells.items() if s == size and _rate(r) is not None}
+            panels.append((backend, device, is_gemm, size, runs))
+    if not panels:
+        return None
+    width = max(6.0, 0.75 * max(len(p[4]) for p in panels) + 2)
+    fig, axes = _grid(len(panels), width, 4.8)
+    for ax, (backend, device, is_gemm, size, runs) in zip(axes, panels):
+        kernels = sorted(runs, key=_step_key)
+        bars = ax.bar(range(len(kernels)), [_rate(runs[k]) for k in kernels], color="tab:blue")
+        vendor = [_vendor_rate(r) for r in runs.values() if _vendor_rate(r)]
+        top = max([_rate(runs[k]) for k in kernels] + vendor)
+        _bar_labels(ax, bars, [_pct(runs[k]) for k in kernels], inside_above=0.12 * top)
+        if vendor:
+            name = runs[kernels[0]].data.tags.get("vendor.name", "vendor")
+            ax.axhline(_median(vendor), color="k", linestyle="--", linewidth=1.5)
+            # Named just above the line at the left, where a ladder's first bars are low.
+            ax.annotate(f"{name if is_gemm else 'device copy'}: {_fmt_rate(_median(vendor))}",
+                        (-0.4, _median(vendor)), xytext=(0, 2), textcoords="offset points",
+                        ha="left", va="bottom", fontsize=8)
+        ax.set_ylim(0, top * 1.12)
+        _thousands(ax)
+        ax.set_xticks(range(len(kernels)))
+        ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0, ha="right"
+                           if len(kernels) > 4 else "center", fontsize=9)
+        ax.set_ylabel(_unit(is_gemm))
+        ax.set_title(f"{backend} on {device}, {size} (label: % of vendor)", fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(_wrapped(f"{_devices(table)}: {title}, the ladder", fig), fontsize=12)
+    return _save(fig, path)
+
+
+def _resource_runs(cells: dict) -> dict:
+    """kernel -> the run its resources are read from: the one at the largest size."""
+    chosen = {}
+    for (kernel, size), run in cells.items():
+        if kernel not in chosen or _size_key(size) > _size_key(chosen[kernel][0]):
+            chosen[kernel] = (size, run)
+    return {k: run for k, (_, run) in chosen.items()}
+
+
+def plot_resources(title: str, table: dict, path: Path) -> Optional[Path]:
+    """Registers and spill bytes per step, a bar per backend and device; absent is 'n/a'."""
+    groups = {key: _resource_runs(cells) for key, cells in sorted(table.items())}
+    metrics = ("kernel/registers", "kernel/spill_bytes")
+    if not any(r.data.metrics.get(m) is not None
+               for runs in groups.values() for r in runs.values() for m in metrics):
+        return None
+    kernels = sorted({k for runs in groups.values() for k in runs}, key=_step_key)
+    width = max(7.0, 0.3 * len(kernels) * len(groups) + 2.5)
+    fig, axes = plt.subplots(2, 1, figsize=(width, 7.5), squeeze=False)
+    bar = 0.8 / len(groups)
+    for ax, metric, label in zip(axes[:, 0], metrics,
+                                 ("registers per thread", "spill bytes (stores + loads)")):
+        highest = max([r.data.metrics.get(metric) or 0 for runs in groups.values()
+                       for r in runs.values()] + [1])
+        for g, ((backend, device), runs) in enumerate(groups.items()):
+            xs = [i - 0.4 + bar * (g + 0.5) for i in range(len(kernels))]
+            values = [runs[k].data.metrics.get(metric) if k in runs else None for k in kernels]
+            shown = [(x, v) for x, v in zip(xs, values) if v is not None]
+            bars = ax.bar([x for x, _ in shown], [v for _, v in shown], bar, color=f"C{g}")
+            _bar_labels(ax, bars, [f"{v:.0f}" for _, v in shown], fontsize=7)
+            for x, v, k in zip(xs, values, kernels):
+                if v is None and k in runs:  # measured, but the driver did not say
+                    ax.text(x, highest * 0.02, "n/a", ha="center", va="bottom", fontsize=7,
+                            rotation=90, color=f"C{g}")
+        ax.set_ylim(0, highest * 1.15)
+        ax.set_xlim(-0.6, len(kernels) - 0.4)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # counts of registers and bytes
+        ax.set_xticks(range(len(kernels)))
+        ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0,
+                           ha="right" if len(kernels) > 4 else "center", fontsize=9)
+        ax.set_ylabel(label)
+        ax.grid(True, axis="y", alpha=0.3)
+        # Handles drawn here: a backend with no value at all still gets its colour.
+        one_backend_per_device = len(table) == len({b for b, _ in table})
+        ax.legend(handles=[Patch(color=f"C{g}", label=b if one_backend_per_device
+                                 else f"{b}, {d}") for g, (b, d) in enumerate(groups)],
+                  fontsize=8, loc="upper left")
+    axes[0, 0].set_title("n/a: the driver reports no value (not zero)", fontsize=9)
+    fig.suptitle(_wrapped(f"{_devices(table)}: {title}, registers and spills per step", fig),
+                 fontsize=12)
+    return _save(fig, path)
+
+
+def plot_backends(title: str, table: dict, path: Path) -> Optional[Path]:
+    """OpenCL against CUDA per step on the same device, at the largest size both have."""
+    panels = []
+    devices = sorted({device for _, device in table})
+    for device in devices:
+        if ("opencl", device) not in table or ("cuda", device) not in table:
+            continue
+        for is_gemm in (True, False):
+            sides = {b: {k: r for k, r in table[(b, device)].items() if _is_gemm(r) == is_gemm
+                         and _rate(r) is not None} for b in ("opencl", "cuda")}
+            both = {k for k in sides["opencl"] if k in sides["cuda"]}
+            if not both:
+                continue
+            size = _largest_common_size({k: sides["cuda"][k] for k in both})
+            kernels = sorted({k for k, s in both if s == size}, key=_step_key)
+            panels.append((device, is_gemm, size, kernels, sides))
+    if not panels:
+        return None
+    width = max(6.0, 0.9 * max(len(p[3]) for p in panels) + 2)
+    fig, axes = _grid(len(panels), width, 4.8)
+    for ax, (device, is_gemm, size, kernels, sides) in zip(axes, panels):
+        for g, backend in enumerate(("opencl", "cuda")):
+            runs = [sides[backend][(k, size)] for k in kernels]
+            bars = ax.bar([i - 0.2 + 0.4 * g for i in range(len(kernels))],
+                          [_rate(r) for r in runs], 0.4, label=backend, color=f"C{g}")
+            _bar_labels(ax, bars, [_pct(r) for r in runs], fontsize=7)
+        top = max(_rate(sides[b][(k, size)]) for b in sides for k in kernels)
+        ax.set_ylim(0, top * 1.15)
+        _thousands(ax)
+        ax.set_xticks(range(len(kernels)))
+        ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0,
+                           ha="right" if len(kernels) > 4 else "center", fontsize=9)
+        ax.set_ylabel(_unit(is_gemm))
+        ax.set_title(f"{device}, {size} (label: % of that backend's vendor)", fontsize=10)
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(fontsize=8, loc="upper left")
+    fig.suptitle(_wrapped(f"{', '.join(sorted({p[0] for p in panels}))}: {title}, "
+                          "OpenCL against CUDA", fig),
+                 fontsize=12)
+    return _save(fig, path)
+
+
+PLOTS = (("rate", "rate against size", plot_rates),
+         ("ladder", "the ladder at the largest common size", plot_ladder),
+         ("resources", "registers and spills per step", plot_resources),
+         ("backends", "OpenCL against CUDA", plot_backends))
+
+
+# ---------------------------------------------------------------- the page
+
+def _stem(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "report"
+
+
+def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optional[str] = None,
+                 command: Optional[str] = None, best: bool = False) -> list[Path]:
+    """Write `<out_dir>/<name>.md` and its PNGs for these runs; return every file, page first.
+
+    `runs` are `mlflow.entities.Run` in any order (sweep parents are left out); `name` defaults
+    to `title` made file-safe; `uri` is where they were read (quoted, and used to look up the
+    names of their sweeps); `best` shows the fastest run per step and size rather than the
+    newest (a sweep's page). Sets no global MLflow state."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = _stem(name or title)
+    runs = sorted((r for r in runs if r.data.tags.get(SWEEP_TAG) != "true"),
+                  key=lambda r: -r.info.start_time)
+    table = latest_per_cell(runs, best=best)
+    images = []
+    for suffix, caption, plot in PLOTS:
+        written = plot(title, table, out_dir / f"{stem}-{suffix}.png") if table else None
+        if written is not None:
+            images.append((f"{title}: {caption}", written))
+    page = render_markdown(title, uri, table, failures(runs), command=command,
+                           sweeps=sweep_lines(runs, uri),
+                           images=[(c, p.name) for c, p in images])
+    md = out_dir / f"{stem}.md"
+    md.write_text(page)
+    return [md, *(p for _, p in images)]
+
+
+def main(argv=None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", help="MLflow experiment name (required without --sweep)")
+    parser.add_argument("--sweep", help="a sweep's parent run id or run name: only its children")
+    parser.add_argument("--backend", help="only this backend (opencl, cuda)")
+    parser.add_argument("--device", help="only devices whose name contains this (any case)")
+    parser.add_argument("--name", help="page and file stem (default: the experiment's name, "
+                                       "or sweep-<first 8 characters of the sweep's id>)")
+    parser.add_argument("--uri", default="sqlite:///mlflow.db", help="MLflow tracking URI")
+    parser.add_argument("--out", default="docs/benchmarks", help="folder for the page and plots")
+    args = parser.parse_args(argv)
+    if args.experiment is None and args.sweep is None:
+        parser.error("give --experiment, --sweep or both")
+    title, name, sweep = args.experiment, args.name, None
+    if args.sweep is not None:
+        client = _client(args.uri)
+        parent = find_sweep(client, args.sweep, _experiment_ids(client, args.experiment))
+        sweep = parent.info.run_id
+        title = parent.info.run_name or sweep
+        name = name or f"sweep-{sweep[:8]}"
+    runs = select(load_runs(args.uri, args.experiment, sweep), args.backend, args.device)
+    if not runs:
+        raise SystemExit("no runs match --backend/--device")
+    command = "python -m runner.report " + shlex.join(argv if argv is not None else sys.argv[1:])
+    files = build_report(runs, title, Path(args.out), args.uri, name=name or args.experiment,
+                         command=command)
+    print("wrote " + ", ".join(str(f) for f in files))
+    return files
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The autotuner against the grid: how many Optuna trials reach the grid's best, from MLflow.
+
+    python -m runner.tuning --experiment matmul_9_tuning [--uri sqlite:///mlflow.db] [--out docs/benchmarks]
+
+Reads the newest Optuna sweep and the newest grid sweep (Hydra's basic sweeper) of the
+experiment, both recorded as parent runs with their jobs as children, and writes a page and a
+plot: the best rate so far against the trial number, the grid's best as a line, the trial that
+first reaches it (or does better), and the two sweeps' sizes.
+"""
+
+import argparse
+import datetime as dt
+from pathlib import Path
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+from runner.results.records import rate as _rate, status, tiling as _tiling  # noqa: E402
+from runner.results.report import PARENT_TAG, SWEEP_TAG, _client, _search  # noqa: E402
+
+
+def newest_sweep(client, experiment_id: str, sweeper: str):
+    parents = _search(client, [experiment_id], f"tags.`{SWEEP_TAG}` = 'true' and "
+                                               f"tags.`gemmlab.sweep.sweeper` = '{sweeper}'")
+    if not parents:
+        raise SystemExit(f"no {sweeper} sweep in experiment {experiment_id}")
+    return parents[0]
+
+
+def trials_in_order(client, parent) -> list:
+    runs = _search(client, [parent.info.experiment_id],
+                   f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
+    return sorted(runs, key=lambda run: run.info.start_time)
+
+
+def best_so_far(trials: list) -> list[Optional[float]]:
+    best, curve = None, []
+    for trial in trials:
+        rate = _rate(trial) if status(trial) in ("ok", "cached") else None
+        if rate is not None and (best is None or rate > best):
+            best = rate
+        curve.append(best)
+    return curve
+
+
+def compare(uri: str, experiment: str, out: Path) -> list[Path]:
+    client = _client(uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        raise SystemExit(f"no experiment {experiment!r} at {uri}")
+    search = newest_sweep(client, found.experiment_id, "OptunaSweeper")
+    grid = newest_sweep(client, found.experiment_id, "BasicSweeper")
+    trials, points = trials_in_order(client, search), trials_in_order(client, grid)
+    measured = [run for run in points if status(run) in ("ok", "cached") and _rate(run)]
+    if not measured:
+        raise SystemExit("the grid sweep has no measured point")
+    grid_best = max(measured, key=_rate)
+    curve = best_so_far(trials)
+    reached = next((i + 1 for i, best in enumerate(curve)
+                    if best is not None and best >= _rate(grid_best)), None)
+    search_best = max((t for t in trials if status(t) in ("ok", "cached") and _rate(t)),
+                      key=_rate, default=None)
+    unit = "GFLOPS" if "perf/gflops" in grid_best.data.metrics else "GB/s"
+    device = grid_best.data.tags.get("device.name", "?")
+    refused = sum(status(run) == "refused" for run in points)
+
+    out.mkdir(parents=True, exist_ok=True)
+    image = out / f"{experiment}.png"
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    xs = [i + 1 for i, best in enumerate(curve) if best is not None]
+    ax.step(xs, [best for best in curve if best is not None], where="post",
+            label="Optuna (TPE): best so far")
+    scored = [(i + 1, _rate(t)) for i, t in enumerate(trials)
+              if status(t) in ("ok", "cached") and _rate(t)]
+    ax.scatter([x for x, _ in scored], [y for _, y in scored], s=14, color="tab:blue",
+               alpha=0.5, label="a measured trial (refused trials have no point)")
+    ax.set_xlim(0, len(trials) + 1)
+    ax.axhline(_rate(grid_best), color="k", linestyle="--",
+               label=f"grid's best ({len(points)} points, {len(measured)} measured)")
+    if reached:
+        ax.axvline(reached, color="tab:green", linestyle=":",
+                   label=f"trial {reached} reaches it")
+    ax.set_xlabel("trial")
+    ax.set_ylabel(unit)
+    ax.set_title(f"{device}: {experiment}, autotuner against the grid")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(image, dpi=110)
+    plt.close(fig)
+
+    size = f"{grid_best.data.params.get('M')}x{grid_best.data.params.get('N')}x" \
+           f"{grid_best.data.params.get('K')}"
+    tags = grid_best.data.tags
+    lines = [
+        f"# Autotuning against the grid: {experiment}", "",
+        f"Generated on {dt.date.today().isoformat()} by `python -m runner.tuning --experiment "
+        f"{experiment}` from the sweeps recorded in `{uri}`.", "",
+        f"- device: {device}, driver {tags.get('device.driver', '?')}",
+        f"- kernel {grid_best.data.params.get('kernel.name')} at {size}, backend "
+        f"{grid_best.data.params.get('backend.name')}, runner "
+        f"{tags.get('gemmlab.runner_version', '?')} commit {tags.get('gemmlab.git_commit', '?')}",
+        f"- grid: parent run `{grid.info.run_id}`, {len(points)} points ({len(measured)} "
+        f"measured, {refused} refused by the constraints), "
+        f"`{grid.data.tags.get('gemmlab.command', '?')}`",
+        f"- search: parent run `{search.info.run_id}`, {len(trials)} trials "
+        f"({len(scored)} measured, {sum(status(t) == 'refused' for t in trials)} refused by "
+        f"the constraints, each in a fraction of a second), "
+        f"`{search.data.tags.get('gemmlab.command', '?')}`", "",
+        "| | configuration | rate | % of vendor |", "| --- | --- | ---: | ---: |",
+        f"| grid's best | {_tiling(grid_best)} | {_rate(grid_best):,.0f} {unit} | "
+        f"{grid_best.data.metrics.get('perf/pct_of_vendor', float('nan')):.1f} |",
+    ]
+    if search_best is not None:
+        lines.append(f"| search's best | {_tiling(search_best)} | {_rate(search_best):,.0f} "
+                     f"{unit} | {search_best.data.metrics.get('perf/pct_of_vendor', float('nan')):.1f} |")
+    lines += ["", (f"The search reached the grid's best (or better) at trial **{reached}** of "
+                   f"{len(trials)}, against the grid's {len(points)} points."
+                   if reached else
+                   f"The search did not reach the grid's best in {len(trials)} trials."), "",
+              "Points the two sweeps share were measured once: a job whose measurement key "
+              "(source, parameters, size, device, driver, runner) matched an earlier run reused "
+              "it (status `cached`).", "", f"![{experiment}]({image.name})", ""]
+    page = out / f"{experiment}.md"
+    page.write_text("\n".join(lines))
+    return [page, image]
+
+
+def main(argv=None) -> list[Path]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", required=True)
+    parser.add_argument("--uri", default="sqlite:///mlflow.db")
+    parser.add_argument("--out", default="docs/benchmarks")
+    args = parser.parse_args(argv)
+    written = compare(args.uri, args.experiment, Path(args.out))
+    print("wrote " + " and ".join(str(p) for p in written))
+    return written
+
+
+if __name__ == "__main__":
+    main()
