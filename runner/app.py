@@ -12,17 +12,20 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from runner.backends import make_backend
 from runner.errors import Refused, RunError
-from runner.run.execute import execute
+from runner.job import supervisor
+from runner.job.sanitizers import sanitizer_finding, sanitizer_of
+from runner.job.supervisor import run_job
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
 from runner.config.paths import CONF_DIR, source_file_name
-from runner.record.resume import KEY_TAG, find_measurement, measurement_key, reuse
+from runner.record.resume import KEY_TAG, find_measurement, reuse
 from runner.config.schema import register_configs
 from runner.config.size_rules import apply_size_rules, pinned_params
 from runner.config.spec import ProblemSize, plan_kernel
-from runner.terminal.summary import headline, print_cached, print_failure, print_summary
+from runner.terminal.progress import RelayedBars
+from runner.terminal.summary import (headline, print_cached, print_failure, print_sanitized,
+                                     print_summary)
 from runner.sweep.callback import current_parent_run_id, in_sweep
 from runner.record.tracking import Recorder, comparable_params
 from runner.config.validate import validate
@@ -37,7 +40,8 @@ def _rate(metrics: dict) -> Optional[float]:
 
 
 def run(cfg: DictConfig) -> Optional[float]:
-    """One recorded run. Returns the median GFLOPS (GB/s for copies), None when it failed.
+    """One recorded run. Returns the median GFLOPS (GB/s for copies), None when it failed
+    (0.0 for a clean run under a sanitizer, which times nothing).
 
     In a sweep with a GPU pool (`hydra/launcher=gpus gpus=N`) the run first claims a GPU of its
     own and runs on it."""
@@ -59,6 +63,8 @@ def _run(cfg: DictConfig) -> Optional[float]:
     except RunError as error:
         print_failure(str(error), None)
         return None
+    if not cfg.check.get("sanitizer"):
+        supervisor.prestart()  # the worker's imports overlap MLflow's below
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()
     try:
@@ -74,6 +80,18 @@ def _run(cfg: DictConfig) -> Optional[float]:
         return None
     where = (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
              f"in {recorder.uri}")
+    earlier = []
+
+    def reuse_earlier(key: Optional[str]) -> bool:
+        if key:
+            recorder.tags({KEY_TAG: key})
+        if key and parent_run_id and not cfg.get("rerun", False):
+            found = find_measurement(recorder.experiment_id, key, recorder.run_id)
+            if found is not None:
+                earlier.append(found)
+                return True
+        return False
+
     try:
         recorder.params(comparable_params(cfg))
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
@@ -87,28 +105,17 @@ def _run(cfg: DictConfig) -> Optional[float]:
         validate(cfg)  # every number in its range, before anything is compiled or timed
         plan = plan_kernel(cfg.kernel, size)
         source_file_name(cfg.kernel, cfg.backend.name)  # a step without this backend's source
-        backend = make_backend(cfg.backend)
-        selection = getattr(backend, "selection_reason", None)
-        if selection:
-            log.info("OpenCL device: %s on %s: %s", backend.device_info().name,
-                     backend.device_info().platform, selection)
-        key = measurement_key(cfg, backend, plan)
-        if key:
-            recorder.tags({KEY_TAG: key})
-        if key and parent_run_id and not cfg.get("rerun", False):
-            earlier = find_measurement(recorder.experiment_id, key, recorder.run_id)
-            if earlier is not None:
-                metrics = reuse(recorder, earlier)
-                recorder.finish(status="cached", headline=headline(metrics))
-                print_cached(plan, backend_name, metrics, earlier.info.run_id, where)
-                return _rate(metrics)
-        outcome = execute(cfg, backend, plan, recorder)
-    except Refused as error:
-        recorder.finish(str(error), status="refused")
-        print_failure(str(error), where)
-        return None
-    except RunError as error:
-        recorder.finish(str(error))
+        tool = sanitizer_of(cfg)
+        if tool:
+            recorder.tags({"check.sanitizer": tool})
+        result = run_job(cfg, recorder, reuse_earlier, size.label(plan.operation),
+                         RelayedBars())
+        if result.report:
+            recorder.text(result.report, f"sanitizer/{tool}.txt")
+        finding = (sanitizer_finding(tool, result.report, source_file_name(cfg.kernel, backend_name))
+                   if tool and result.report else None)
+    except RunError as error:  # refused or failed before the worker had the job
+        recorder.finish(str(error), status="refused" if isinstance(error, Refused) else None)
         print_failure(str(error), where)
         return None
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (runner/terminal/interrupts.py)
@@ -121,9 +128,28 @@ def _run(cfg: DictConfig) -> Optional[float]:
     except BaseException as error:  # a bug: still recorded, then raised
         recorder.finish(f"{type(error).__name__}: {error}")
         raise
-    recorder.finish(headline=headline(outcome.metrics))
-    print_summary(outcome, backend_name, where)
-    return _rate(outcome.metrics)
+    if finding:
+        reason = f"{tool} found errors in {plan.name} at {size.label(plan.operation)}: {finding}"
+        recorder.finish(reason)
+        print_failure(reason, where)
+        return None
+    if result.status == "cached":
+        metrics = reuse(recorder, earlier[0])
+        recorder.finish(status="cached", headline=headline(metrics))
+        print_cached(plan, backend_name, metrics, earlier[0].info.run_id, where)
+        return _rate(metrics)
+    if result.status != "ok":
+        recorder.finish(result.reason, status=None if result.status == "failed"
+                        else result.status)
+        print_failure(result.reason, where)
+        return None
+    if tool:
+        recorder.finish(headline=f"{tool}: no errors")
+        print_sanitized(result.outcome, backend_name, tool, where)
+        return 0.0  # verified and clean, but nothing was timed: no rate
+    recorder.finish(headline=headline(result.outcome.metrics))
+    print_summary(result.outcome, backend_name, where)
+    return _rate(result.outcome.metrics)
 
 
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")

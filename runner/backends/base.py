@@ -1,6 +1,7 @@
 """The one interface both backends fill the same way.
 
-compile(source, entries, defines) -> CompiledProgram; alloc / upload / download / poison;
+compile(source, entries, defines) -> CompiledProgram; alloc / upload / view / download /
+poison;
 launch(kernel, groups, local, args) -> event; time_ms(enqueue) with device events;
 kernel_resources(program, entry); device_info(). Values a driver cannot give are None, never 0.
 """
@@ -81,6 +82,11 @@ class Backend(ABC):
 
     @abstractmethod
     def upload(self, host: np.ndarray) -> Any: ...
+
+    @abstractmethod
+    def view(self, buffer: Any, offset: int, count: int) -> Any:
+        """`count` floats of `buffer` from float `offset` on, as a buffer a kernel can take
+        (offsets are multiples of 64 KiB: runner/run/guards.py)."""
 
     @abstractmethod
     def download(self, buffer: Any, shape: tuple[int, ...]) -> np.ndarray: ...

@@ -167,6 +167,9 @@ class CUDABackend(Backend):
     def upload(self, host: np.ndarray):
         return self._cupy.asarray(np.ascontiguousarray(host, dtype=np.float32).ravel())
 
+    def view(self, buffer, offset: int, count: int):
+        return buffer[offset:offset + count]
+
     def download(self, buffer, shape: tuple[int, ...]) -> np.ndarray:
         count = int(np.prod(shape))
         return self._cupy.asnumpy(buffer[:count]).reshape(shape)

@@ -268,6 +268,9 @@ class OpenCLBackend(Backend):
         cl.enqueue_copy(self.queue, buffer, host).wait()
         return buffer
 
+    def view(self, buffer: "cl.Buffer", offset: int, count: int) -> "cl.Buffer":
+        return buffer.get_sub_region(offset * 4, count * 4)
+
     def download(self, buffer: "cl.Buffer", shape: tuple[int, ...]) -> np.ndarray:
         host = np.empty(shape, dtype=np.float32)
         cl.enqueue_copy(self.queue, host, buffer).wait()

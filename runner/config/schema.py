@@ -131,6 +131,22 @@ class TimingConfig:
     # Evict L2 before every sample (warm-up and timed, the kernel's and the baseline's), so each
     # starts with its inputs in device memory only: the cold-cache figure.
     flush_l2: bool = False
+    # Seconds a kernel may run before it is taken to be hung: the checked launch, each timed
+    # sample and each baseline sample must finish within it, else the job's worker process is
+    # killed (the only way to stop a kernel that never returns) and the run is FAILED with
+    # status `timeout`. The slowest step, matmul_1, takes about 2 s a launch at 16384 on an H100
+    # (5.1 TFLOPS at 8192: docs/benchmarks/sgemm_ladder.md).
+    timeout_s: float = 60.0
+    # Seconds the compiler may take for one kernel (NVRTC or the OpenCL driver).
+    compile_timeout_s: float = 120.0
+
+
+class Sanitizer(Enum):
+    memcheck = "memcheck"  # compute-sanitizer (CUDA): out-of-bounds and misaligned accesses
+    racecheck = "racecheck"  # compute-sanitizer: shared-memory data races
+    synccheck = "synccheck"  # compute-sanitizer: barriers in divergent code
+    initcheck = "initcheck"  # compute-sanitizer: reads of device memory never written
+    oclgrind = "oclgrind"  # Oclgrind (OpenCL, simulated): out-of-bounds accesses, data races
 
 
 @dataclass
@@ -150,6 +166,9 @@ class CheckConfig:
     full_reference_max_macs: int = 1 << 27
     sample_rows: int = 64
     sample_cols: int = 64
+    # Run the checked launch under a correctness tool (null: none); the run then verifies and
+    # reports, and times nothing (a tool slows kernels by orders of magnitude).
+    sanitizer: Optional[Sanitizer] = None
 
 
 @dataclass

@@ -6,7 +6,7 @@ still recorded with what it had.
 """
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
@@ -17,8 +17,12 @@ from runner.run.operations import (CheckResult, Problem, check_result, effective
                                make_problem, operation_floats)
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
+from runner.run.guards import guarded_alloc, guarded_upload, violation
 from runner.run.timing import TimeStats, measure
 from runner.run.vendor import VendorResult, vendor_baseline
+
+# The stages of a run, in order, as `execute` announces them.
+PHASES = ("setup", "compile", "check", "time", "vendor")
 
 
 @dataclass
@@ -27,7 +31,7 @@ class RunOutcome:
     device: DeviceInfo
     resources: dict[str, KernelResources]
     check: CheckResult
-    stats: TimeStats
+    stats: Optional[TimeStats]  # None under a sanitizer (check.sanitizer)
     vendor: Optional[VendorResult]
     vendor_stats: Optional[TimeStats]
     metrics: dict[str, Optional[float]]
@@ -73,6 +77,9 @@ class PreparedRun:
     buffers: dict
     enqueue: Callable[[], list]
     source: str = ""  # as read, before the defines
+    guarded: dict = field(default_factory=dict)  # name -> GuardedBuffer around `buffers[name]`
+    kernel_name: str = ""
+    size_label: str = ""
 
 
 _programs: dict[tuple, CompiledProgram] = {}
@@ -114,9 +121,10 @@ def inspect_once(backend: Backend, prepared: "PreparedRun", plan: KernelPlan) ->
 
 
 def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
-            kernel_dirs: Sequence[str] = ()) -> PreparedRun:
+            kernel_dirs: Sequence[str] = (), guards: bool = True) -> PreparedRun:
     """Compile the plan's source (from the user's `kernel_dirs` first, then the packaged
-    kernels) with its defines, upload the inputs, allocate the rest."""
+    kernels) with its defines, upload the inputs, allocate the rest, each buffer between guard
+    zones unless `guards` is false (runner/run/guards.py)."""
     file_name = sources_cfg.get(backend.name)
     if file_name is None:
         raise Refused(f"{plan.name} has no {backend.name} source")
@@ -127,10 +135,12 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
     if program.kernels and all(kernel is None for kernel in program.kernels.values()):
         return PreparedRun(file_name, artifact, program, {}, lambda: [], source)  # compile-only
     out_rows, out_cols = problem.output_shape
-    buffers = {name: backend.upload(array) for name, array in problem.inputs.items()}
-    buffers[problem.output_name] = backend.alloc(out_rows * out_cols)
+    guarded = {name: guarded_upload(backend, array, array.shape[-1], guards)
+               for name, array in problem.inputs.items()}
+    guarded[problem.output_name] = guarded_alloc(backend, out_rows * out_cols, out_cols, guards)
     for name, count in plan.scratch.items():
-        buffers[name] = backend.alloc(count)
+        guarded[name] = guarded_alloc(backend, count, max(plan.size.M, plan.size.N), guards)
+    buffers = {name: buffer.inner for name, buffer in guarded.items()}
     values = {**plan.size.as_names(), **buffers}
 
     def enqueue():
@@ -138,21 +148,34 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
                                [values[arg] for arg in launch.args], launch.local_bytes)
                 for launch in plan.launches]
 
-    return PreparedRun(file_name, artifact, program, buffers, enqueue, source)
+    return PreparedRun(file_name, artifact, program, buffers, enqueue, source, guarded, plan.name,
+                       plan.size.label(plan.operation))
 
 
 def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
                    seed: int) -> CheckResult:
-    """One launch into poisoned output and scratch, checked against the reference."""
+    """One launch into poisoned output and scratch, checked against the reference, after its
+    guard zones and inputs are checked (a VerificationError when it wrote where it must not)."""
     for name, buffer in prepared.buffers.items():
         if name not in problem.inputs:
             backend.poison(buffer)
     backend.time_ms(prepared.enqueue)
+    for name, guarded in prepared.guarded.items():
+        wrong = violation(backend, name, guarded)
+        if wrong:
+            raise VerificationError(f"{prepared.kernel_name} {wrong} at {prepared.size_label}")
     result = backend.download(prepared.buffers[problem.output_name], problem.output_shape)
     return check_result(problem.operation, problem, result, check_cfg, seed)
 
 
-def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
+def _no_phase(phase: str) -> None:
+    pass
+
+
+def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
+            on_phase: Callable[[str], None] = _no_phase) -> RunOutcome:
+    """The run. `on_phase` hears each stage as it starts (PHASES): the job's supervisor gives
+    each its own time limit."""
     device = backend.device_info()
     recorder.tags({
         "device.name": device.name, "device.vendor": device.vendor,
@@ -172,7 +195,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     check_host_memory(plan, problem_floats)
     problem = make_problem(plan.operation, plan.size, cfg.seed)
 
-    prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs)
+    on_phase("compile")
+    # Under a sanitizer the buffers are bare, so that the tool sees their real bounds.
+    prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs,
+                       guards=not cfg.check.get("sanitizer"))
     recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
     recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
     if cfg.tracking.inspect:
@@ -187,6 +213,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     recorder.metrics(metrics)
     check_kernel_limits(plan, device, resources)
 
+    on_phase("check")
     started = time.perf_counter()  # the kernel's own work: the checked launch and the timing
     check_cfg = effective_check(cfg)  # a reduced-precision step's own tolerance
     check = checked_launch(backend, prepared, problem, check_cfg, cfg.seed)
@@ -198,7 +225,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
         raise VerificationError(f"{plan.name} gave a wrong result at "
                                 f"{plan.size.label(plan.operation)}: {check.detail}")
 
+    if cfg.check.get("sanitizer"):  # under a correctness tool: verified, nothing timed
+        return RunOutcome(plan, device, resources, check, None, None, None, metrics)
     enqueue, buffers = prepared.enqueue, prepared.buffers
+    on_phase("time")
     samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
                       f"{plan.name} on {backend.name}",
                       backend.flush_cache if cfg.timing.flush_l2 else None)
@@ -214,6 +244,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder) -> RunOutcome:
     recorder.metrics(metrics)
     recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
 
+    on_phase("vendor")
     vendor = vendor_baseline(backend, plan, problem, buffers, cfg.timing, check_cfg, cfg.seed)
     vendor_stats = None
     if vendor is not None:

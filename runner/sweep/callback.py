@@ -35,7 +35,7 @@ from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
-STATUSES = ("ok", "cached", "refused", "failed")
+STATUSES = ("ok", "cached", "refused", "failed", "timeout")
 log = logging.getLogger(__name__)
 
 
@@ -109,7 +109,7 @@ class SweepSummary:
                 continue
             status = _status(run)
             summary.counts[status] += 1
-            if status in ("refused", "failed"):
+            if status in ("refused", "failed", "timeout"):
                 reason = run.data.tags.get("failure_reason", run.info.status)
                 summary.reasons[f"{status}: {reason}"] += 1
                 continue
@@ -142,6 +142,7 @@ class SweepSummary:
         return (f"{total} jobs: {self.counts['ok']} measured, {self.counts['cached']} cached "
                 f"(measured before), {self.counts['refused']} refused by constraints or limits, "
                 f"{self.counts['failed']} failed"
+                + (f", {self.counts['timeout']} timed out" if self.counts["timeout"] else "")
                 + (f", {self.counts['killed']} interrupted" if self.counts["killed"] else ""))
 
     def markdown(self, expected: Optional[int] = None) -> str:

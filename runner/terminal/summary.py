@@ -39,6 +39,16 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     console.print(f"  recorded: {where}")
 
 
+def print_sanitized(outcome: RunOutcome, backend_name: str, tool: str, where: str) -> None:
+    """A run under a correctness tool: verified, and what the tool found (nothing)."""
+    plan = outcome.plan
+    error = "exact" if plan.operation.value != "sgemm" else f"err {outcome.check.rel_error:.1e}"
+    console.print(f"[bold]{plan.name}[/] · {backend_name} · {outcome.device.name} · "
+                  f"{plan.size.label(plan.operation)} · verified, {error} · "
+                  f"[bold]{tool}: no errors[/] (nothing timed under the tool)")
+    console.print(f"  recorded: {where}")
+
+
 def print_failure(reason: str, where: str | None, recorded_as: str = "FAILED") -> None:
     # escaped: a reason may hold brackets ("expected one of [auto, gpu]"), never markup
     error_console.print(f"[bold red]gemmlab: error:[/] {escape(reason)}")

@@ -1,0 +1,257 @@
+"""The supervising side of a job: start (or reuse) the worker, relay what it records, watch the
+time each stage takes, and kill the worker when the kernel hangs, faults or the user interrupts.
+
+The worker runs in a session of its own, so a terminal's Ctrl-C reaches only this process, which
+kills the worker's whole process group (a sanitizer wrapping it included) and returns at once.
+"""
+
+import atexit
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Optional
+
+from runner.errors import RunError
+from runner.job.faults import sanitizer_hint
+
+POLL_S = 0.2  # how often the supervisor looks at the clock while it waits for the worker
+START_TIMEOUT_S = 120.0  # a worker's imports; the first job waits for them in `setup`
+
+
+@dataclass
+class JobResult:
+    """How a job ended: `status` is ok, cached, refused, failed or timeout; `outcome` the
+    worker's RunOutcome for ok; `reason` a sentence otherwise."""
+    status: str
+    outcome: Any = None
+    reason: str = ""
+    key: Optional[str] = None
+    report: str = ""  # a sanitizer's whole report
+    reusable: bool = False  # the worker may take the next job (no fault, hang or crash)
+
+
+class Worker:
+    """One worker process and the socket to it."""
+
+    def __init__(self, wrapper: tuple[str, ...] = (), env: Optional[dict] = None,
+                 log_path: Optional[str] = None):
+        ours, theirs = socket.socketpair()
+        self.conn = Connection(ours.detach())
+        command = [*wrapper, sys.executable, "-m", "runner.job.worker",
+                   str(theirs.fileno()), str(os.getpid())]
+        self.log_path = log_path
+        self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()],
+                                        start_new_session=True,
+                                        env={**os.environ, **(env or {})})
+        theirs.close()
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def kill(self) -> None:
+        """The whole process group: the worker, and a sanitizer around it."""
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                self.process.kill()
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        self.conn.close()
+
+    def close(self, wait_s: float = 30.0) -> None:
+        """Ask the worker to exit (a sanitizer then writes its summary), else kill it."""
+        try:
+            self.conn.send(("exit",))
+            self.process.wait(timeout=wait_s)
+        except (OSError, ValueError, subprocess.TimeoutExpired):
+            pass
+        self.kill()
+
+    def death(self) -> str:
+        """Why the worker process ended, in words."""
+        code = self.process.wait(timeout=10) if self.process.poll() is None else \
+            self.process.returncode
+        if code is not None and code < 0:
+            return f"the worker process died of {signal.Signals(-code).name}"
+        return f"the worker process exited with status {code}"
+
+
+_worker: Optional[Worker] = None
+
+
+def _shared_worker() -> Worker:
+    """The process's worker, started on first use and reused by the jobs that follow."""
+    global _worker
+    if _worker is None or not _worker.alive():
+        _worker = Worker()
+    return _worker
+
+
+def _discard(worker: Worker) -> None:
+    global _worker
+    worker.kill()
+    if worker is _worker:
+        _worker = None
+
+
+@atexit.register
+def _close_shared_worker() -> None:
+    if _worker is not None:
+        _worker.close(wait_s=5)
+
+
+def prestart() -> None:
+    """Start the worker now, so that its imports overlap the caller's (MLflow's) own."""
+    if _worker is None:
+        _shared_worker()
+
+
+def _sanitizer_worker(tool: str, backend_name: str, folder: str) -> Worker:
+    """A worker of its own under `tool`, its report written to a file in `folder`."""
+    log_path = os.path.join(folder, f"{tool}.txt")
+    if tool == "oclgrind":
+        if backend_name != "opencl":
+            raise RunError("check.sanitizer=oclgrind simulates OpenCL kernels: run it with "
+                           "backend=opencl, or use check.sanitizer=memcheck with backend=cuda")
+        return Worker(env={"OCLGRIND_DATA_RACES": "1", "OCLGRIND_LOG": log_path},
+                      log_path=log_path)
+    if backend_name != "cuda":
+        raise RunError(f"check.sanitizer={tool} is NVIDIA's compute-sanitizer, for backend=cuda; "
+                       "OpenCL kernels are checked with check.sanitizer=oclgrind (on the CPU)")
+    executable = shutil.which("compute-sanitizer")
+    if executable is None:
+        raise RunError("check.sanitizer needs compute-sanitizer on the PATH; it comes with the "
+                       "CUDA toolkit (e.g. /usr/local/cuda/bin), or pip install "
+                       "nvidia-cuda-sanitizer-api-cu12 and add its bin folder to the PATH")
+    wrapper = (executable, "--tool", tool, "--log-file", log_path, "--print-limit", "100",
+               *(("--racecheck-report", "all") if tool == "racecheck" else ()))
+    return Worker(wrapper, log_path=log_path)
+
+
+def _limits(cfg) -> dict[str, float]:
+    run_limit = float(cfg.timing.timeout_s)
+    return {"setup": max(run_limit, START_TIMEOUT_S), "compile": float(cfg.timing.compile_timeout_s),
+            "check": run_limit, "time": run_limit, "vendor": run_limit}
+
+
+def _timed_out(phase: str, limit: float, cfg, size_label: str) -> str:
+    name = cfg.kernel.name
+    if phase == "compile":
+        return (f"{name} did not compile within {limit:g} s: the compiler did not return "
+                f"(timing.compile_timeout_s)")
+    if phase == "setup":
+        return (f"{name} did not start within {limit:g} s: the device or the inputs at "
+                f"{size_label} were not ready")
+    what = "the vendor library did not return" if phase == "vendor" else \
+        "the kernel did not return"
+    return (f"{name} did not finish within {limit:g} s at {size_label}: {what} "
+            f"(timing.timeout_s)")
+
+
+def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
+    """Run one job in a worker and relay its record to `recorder`.
+
+    `reuse_earlier(key)` returns True when an earlier measurement with that key is reused
+    instead (the caller records it). `bars` draws the worker's progress bars. KeyboardInterrupt
+    (Ctrl-C, SIGTERM) kills the worker and propagates. With `check.sanitizer` the job has a
+    worker of its own under the tool, closed after the job so the tool writes its summary."""
+    tool = cfg.check.get("sanitizer")
+    tool = getattr(tool, "value", tool)
+    if not tool:
+        worker = _shared_worker()
+        result = None
+        try:
+            result = _relay(worker, cfg, recorder, reuse_earlier, size_label, bars)
+            return result
+        finally:
+            bars(("end",))
+            if result is None or not result.reusable:
+                _discard(worker)
+    import tempfile
+
+    if tool == "oclgrind":  # the simulator is an OpenCL platform of its own
+        cfg = cfg.copy()
+        cfg.backend.platform = "oclgrind"
+        cfg.backend.device_type = "auto"  # Oclgrind calls its device a GPU
+        cfg.backend.device = None
+    with tempfile.TemporaryDirectory(prefix="gemmlab-sanitizer-") as folder:
+        worker = _sanitizer_worker(tool, cfg.backend.name, folder)
+        try:
+            result = _relay(worker, cfg, recorder, reuse_earlier, size_label, bars)
+        finally:
+            bars(("end",))
+            worker.close()
+        result.report = _read(worker.log_path)
+        return result
+
+
+def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
+           bars) -> JobResult:
+    limits = _limits(cfg)
+    name = cfg.kernel.name
+
+    def crashed(phase: str, key) -> JobResult:
+        return JobResult("failed", key=key, reason=(
+            f"{name} crashed at {size_label} in its {phase} stage: {worker.death()}; "
+            f"{sanitizer_hint(cfg.backend.name)}"))
+
+    worker.conn.send(("job", cfg))
+    phase, deadline = "setup", time.monotonic() + limits["setup"]
+    key = None
+    while True:
+        if not worker.conn.poll(POLL_S):
+            if time.monotonic() > deadline:
+                return JobResult("timeout", key=key,
+                                 reason=_timed_out(phase, limits[phase], cfg, size_label))
+            if not worker.alive() and not worker.conn.poll(0):
+                return crashed(phase, key)
+            continue
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            return crashed(phase, key)
+        kind = message[0]
+        if kind == "phase":
+            phase, deadline = message[1], time.monotonic() + limits[message[1]]
+        elif kind == "bar":
+            deadline = time.monotonic() + limits[phase]
+            bars(message[1:])
+        elif kind == "log":
+            logging.getLogger(message[1]).log(message[2], message[3])
+        elif kind == "record":
+            getattr(recorder, message[1])(*message[2])
+        elif kind == "key":
+            key = message[1]
+            worker.conn.send("reuse" if reuse_earlier(key) else "measure")
+        elif kind == "cached":
+            return JobResult("cached", key=key, reusable=True)
+        elif kind == "done":
+            return JobResult("ok", outcome=message[1], key=key, reusable=True)
+        elif kind in ("refused", "failed"):
+            return JobResult(kind, reason=message[1], key=key, reusable=True)
+        elif kind == "fault":
+            return JobResult("failed", key=key, reason=(
+                f"{name} {message[1]} at {size_label}; {sanitizer_hint(cfg.backend.name)}"))
+        elif kind == "crash":
+            sys.stderr.write(message[1])
+            last = message[1].strip().splitlines()[-1]
+            return JobResult("failed", key=key,
+                             reason=f"internal error in {name}'s run: {last} (traceback above)")
+
+
+def _read(path: Optional[str]) -> str:
+    try:
+        with open(path, errors="replace") as handle:
+            return handle.read()
+    except (OSError, TypeError):
+        return ""

@@ -1,0 +1,135 @@
+"""A job's worker process: runs the run pipeline for the supervisor, job after job.
+
+Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervisor pid>`
+(under compute-sanitizer or Oclgrind when a run asks for one), it talks over the socket `fd`:
+
+    supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("exit",)
+    worker -> supervisor   ("phase", name)  ("bar", ...)  ("record", method, args)
+                           ("key", measurement key)  then one of: ("done", outcome),
+                           ("cached",), ("refused", reason), ("failed", reason),
+                           ("fault", what), ("crash", traceback)
+
+Everything the run would record goes back as ("record", …) at once, so a worker killed halfway
+leaves its run recorded with what it had. After a fault or a crash the worker exits: its device
+context may be broken, and the next job gets a fresh process.
+"""
+
+import logging
+import os
+import sys
+import threading
+import time
+import traceback
+from multiprocessing.connection import Connection
+
+log = logging.getLogger("runner")
+
+
+class ForwardingRecorder:
+    """The recorder `execute` writes to, in the worker: each call goes to the supervisor's."""
+
+    def __init__(self, send):
+        self._send = send
+
+    def tags(self, tags) -> None:
+        self._send(("record", "tags", ({k: v for k, v in tags.items()},)))
+
+    def metrics(self, metrics) -> None:
+        self._send(("record", "metrics", ({k: v for k, v in metrics.items()},)))
+
+    def text(self, text: str, artifact_path: str) -> None:
+        self._send(("record", "text", (text, artifact_path)))
+
+
+class ForwardingHandler(logging.Handler):
+    """Log records go to the supervisor, which logs them where Hydra set its logging up."""
+
+    def __init__(self, send):
+        super().__init__(logging.INFO)
+        self._send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self._send(("log", record.name, record.levelno, record.getMessage()))
+        except Exception:
+            self.handleError(record)
+
+
+def _exit_with_supervisor(supervisor_pid: int) -> None:
+    """A worker whose supervisor is gone (killed with SIGKILL) ends too, kernel or not."""
+    def watch():
+        while True:
+            time.sleep(0.5)
+            try:
+                os.kill(supervisor_pid, 0)
+            except ProcessLookupError:
+                os._exit(3)
+            except PermissionError:
+                pass
+    threading.Thread(target=watch, daemon=True).start()
+
+
+def run_job(conn: Connection, cfg) -> bool:
+    """One job; False when the worker must not be reused (a fault or a crash)."""
+    from runner.backends import make_backend
+    from runner.config.spec import ProblemSize, plan_kernel
+    from runner.errors import Refused, RunError
+    from runner.job.faults import describe_fault
+    from runner.record.resume import measurement_key
+    from runner.run.execute import execute
+    from runner.terminal import progress as progress_bars
+
+    send = conn.send
+    progress_bars.forward_to(send)
+    try:
+        send(("phase", "setup"))
+        send(("record", "tags", ({"job.worker_pid": str(os.getpid())},)))
+        plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
+        backend = make_backend(cfg.backend)
+        selection = getattr(backend, "selection_reason", None)
+        if selection:
+            log.info("OpenCL device: %s on %s: %s", backend.device_info().name,
+                     backend.device_info().platform, selection)
+        send(("key", measurement_key(cfg, backend, plan)))
+        if conn.recv() == "reuse":
+            send(("cached",))
+            return True
+        outcome = execute(cfg, backend, plan, ForwardingRecorder(send),
+                          on_phase=lambda phase: send(("phase", phase)))
+        send(("done", outcome))
+        return True
+    except Refused as error:
+        send(("refused", str(error)))
+        return True
+    except RunError as error:
+        fault = describe_fault(error)
+        send(("fault", fault) if fault else ("failed", str(error)))
+        return fault is None
+    except Exception as error:
+        fault = describe_fault(error)
+        send(("fault", fault) if fault else ("crash", traceback.format_exc()))
+        return False
+
+
+def main() -> None:
+    fd, supervisor_pid = int(sys.argv[1]), int(sys.argv[2])
+    _exit_with_supervisor(supervisor_pid)
+    conn = Connection(fd)
+    logging.basicConfig(level=logging.INFO, handlers=[ForwardingHandler(conn.send)])
+    import runner.config.schema  # noqa: F401  (the classes a composed config unpickles into)
+
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        if message[0] != "job" or not run_job(conn, message[1]):
+            break
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # No interpreter teardown: after a fault, CuPy's module unloads would print tracebacks.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

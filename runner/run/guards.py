@@ -1,0 +1,89 @@
+"""Guard zones: every buffer a kernel gets sits inside a larger one whose regions before and
+after it hold a sentinel. After the checked launch, a guard that changed means the kernel wrote
+outside its buffer, and an input that changed means it wrote into its inputs: both fail the run.
+
+The kernel and every timed launch get the same inner views, so nothing is measured differently:
+the inner view starts 64 KiB (or a multiple) into the allocation, keeping every alignment a
+kernel or an OpenCL sub-buffer needs.
+"""
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import numpy as np
+
+from runner.backends.base import Backend
+
+GUARD_UNIT_FLOATS = 16 * 1024  # 64 KiB: the least guard, and the step guards grow by
+# A NaN with a payload no arithmetic produces (compared as bits, never as floats).
+SENTINEL_BITS = np.uint32(0x7FBADBAD)
+
+
+def guard_floats(row_floats: int) -> int:
+    """At least 64 KiB or one row of the matrix, whichever is larger, in whole 64 KiB steps."""
+    units = max(1, -(-max(1, row_floats) // GUARD_UNIT_FLOATS))
+    return units * GUARD_UNIT_FLOATS
+
+
+@dataclass
+class GuardedBuffer:
+    whole: Any  # the allocation: guard, buffer, guard
+    inner: Any  # the view the kernel gets
+    guard: int  # floats in each guard
+    count: int  # floats in the buffer itself
+    original: Optional[np.ndarray] = None  # an input's values, to find writes into it
+
+
+def _padded(count: int, guard: int, inner: Optional[np.ndarray]) -> np.ndarray:
+    host = np.empty(guard + count + guard, dtype=np.uint32)
+    host[:guard] = SENTINEL_BITS
+    host[guard + count:] = SENTINEL_BITS
+    if inner is None:
+        host[guard:guard + count] = SENTINEL_BITS
+    else:
+        host[guard:guard + count] = np.ascontiguousarray(inner, dtype=np.float32).ravel().view(
+            np.uint32)
+    return host.view(np.float32)
+
+
+def guarded_upload(backend: Backend, array: np.ndarray, row_floats: int,
+                   guarded: bool = True) -> GuardedBuffer:
+    """`array` on the device between two guards; with `guarded` false, alone (a sanitizer
+    checks the bounds of the allocation itself, which guards would widen)."""
+    guard = guard_floats(row_floats) if guarded else 0
+    whole = backend.upload(_padded(array.size, guard, array))
+    inner = backend.view(whole, guard, array.size) if guard else whole
+    return GuardedBuffer(whole, inner, guard, array.size, array)
+
+
+def guarded_alloc(backend: Backend, count: int, row_floats: int,
+                  guarded: bool = True) -> GuardedBuffer:
+    count = max(1, count)
+    guard = guard_floats(row_floats) if guarded else 0
+    whole = backend.upload(_padded(count, guard, None))
+    inner = backend.view(whole, guard, count) if guard else whole
+    return GuardedBuffer(whole, inner, guard, count)
+
+
+def _first(indices: np.ndarray) -> int:
+    return int(indices[0])
+
+
+def violation(backend: Backend, name: str, buffer: GuardedBuffer) -> Optional[str]:
+    """What the kernel did outside `buffer` (or to it, for an input), or None."""
+    bits = backend.download(buffer.whole, (buffer.guard * 2 + buffer.count,)).view(np.uint32)
+    before = np.flatnonzero(bits[:buffer.guard] != SENTINEL_BITS)
+    after = np.flatnonzero(bits[buffer.guard + buffer.count:] != SENTINEL_BITS)
+    if after.size:
+        return (f"wrote {after.size} floats past the end of {name} (first at element "
+                f"{buffer.count + _first(after)}, {name} has {buffer.count})")
+    if before.size:
+        return (f"wrote {before.size} floats before the start of {name} (first at element "
+                f"{_first(before) - buffer.guard})")
+    if buffer.original is not None:
+        inner = bits[buffer.guard:buffer.guard + buffer.count]
+        changed = np.flatnonzero(inner != buffer.original.ravel().view(np.uint32))
+        if changed.size:
+            return (f"changed input {name} ({changed.size} of its {buffer.count} elements, "
+                    f"first at element {_first(changed)})")
+    return None

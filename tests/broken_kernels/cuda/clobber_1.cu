@@ -1,0 +1,18 @@
+// clobber_1: matmul_1 with a fault added, a test fixture: Writes its result into input A as well as C.
+#ifndef TS
+#define TS 16  // block is TS x TS threads (the kernel itself does not use it)
+#endif
+
+extern "C" __global__ void clobber_1(const int M, const int N, const int K,
+                                    const float* __restrict__ A, const float* __restrict__ B,
+                                    float* __restrict__ C) {
+    const int col = blockIdx.x * blockDim.x + threadIdx.x;
+    const int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row >= M || col >= N) return;
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+        acc += A[row * K + k] * B[k * N + col];
+    }
+    C[row * N + col] = acc;
+    if (col == 0) const_cast<float*>(A)[row * K] = acc;
+}

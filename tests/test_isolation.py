@@ -1,0 +1,155 @@
+"""Every job isolated and watched (issue 27), through the real command line on the CPU: a kernel
+that writes past its buffer, changes an input, never returns or crashes its process costs one
+run, never the sweep. The broken kernels are a user's folders (tests/broken_kernels)."""
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from test_bad_inputs_cli import ERROR, gemmlab, one_error_line, runs
+
+BROKEN = Path(__file__).parent / "broken_kernels"
+USER_FOLDERS = [f"kernel_dirs=[{BROKEN}]", f"hydra.searchpath=[file://{BROKEN}/conf]"]
+
+
+def _store(tmp_path: Path) -> list[str]:
+    return [f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}"]
+
+
+def _only_run(tmp_path: Path):
+    (run,) = runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    return run
+
+
+def test_a_write_past_the_end_of_c_fails_the_run(tmp_path):
+    done = gemmlab(tmp_path, "kernel=oob_1", *USER_FOLDERS, *_store(tmp_path))
+    line = one_error_line(done, "oob_1 wrote 16 floats past the end of C",
+                          "first at element 256", "at 16x16x16")
+    run = _only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["failure_reason"] in line
+    assert "perf/gflops" not in run.data.metrics  # never timed, never reported as fast
+
+
+def test_a_kernel_that_changes_an_input_fails_the_run(tmp_path):
+    done = gemmlab(tmp_path, "kernel=clobber_1", *USER_FOLDERS, *_store(tmp_path))
+    one_error_line(done, "clobber_1 changed input A", "first at element 0")
+    assert _only_run(tmp_path).info.status == "FAILED"
+
+
+def test_a_kernel_that_never_returns_ends_at_its_time_limit(tmp_path):
+    started = time.monotonic()
+    done = gemmlab(tmp_path, "kernel=hang_1", "timing.timeout_s=2", *USER_FOLDERS,
+                   *_store(tmp_path))
+    one_error_line(done, "hang_1 did not finish within 2 s at 16x16x16",
+                   "the kernel did not return")
+    assert time.monotonic() - started < 60
+    run = _only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["gemmlab.status"] == "timeout"
+
+
+def test_a_kernel_that_crashes_its_process_is_one_line(tmp_path):
+    done = gemmlab(tmp_path, "kernel=fault_1", *USER_FOLDERS, *_store(tmp_path))
+    # A CPU runtime either dies of the wild write (SIGSEGV) or reports it: one line either way.
+    one_error_line(done, "fault_1")
+    assert _only_run(tmp_path).info.status == "FAILED"
+
+
+def test_healthy_jobs_around_broken_ones_run_and_the_sweep_closes(tmp_path):
+    done = gemmlab(tmp_path, "kernel=matmul_1,oob_1,hang_1,fault_1,matmul_2",
+                   "timing.timeout_s=2", *USER_FOLDERS, *_store(tmp_path),
+                   prefix=("-m", "runner", "-m"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    recorded = runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    parent = [r for r in recorded if r.data.tags.get("gemmlab.sweep") == "true"]
+    jobs = {r.data.params["kernel.name"]: r for r in recorded if r not in parent}
+    assert [p.info.status for p in parent] == ["FINISHED"]
+    assert {name: run.info.status for name, run in jobs.items()} == {
+        "matmul_1": "FINISHED", "hang_1": "FAILED", "oob_1": "FAILED", "fault_1": "FAILED",
+        "matmul_2": "FINISHED"}
+    pids = {name: run.data.tags["job.worker_pid"] for name, run in jobs.items()}
+    # One worker until a job hangs or crashes it: a clean failure (oob_1) keeps it.
+    assert pids["matmul_1"] == pids["oob_1"] == pids["hang_1"]
+    assert len({pids["hang_1"], pids["fault_1"], pids["matmul_2"]}) == 3
+    assert "5/5 jobs" in done.stdout and "1 timed out" in done.stdout
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_ends_a_hung_run_within_two_seconds(tmp_path, signum, code):
+    command = [sys.executable, "-m", "runner", "backend.device_type=cpu", "size=16",
+               "kernel=hang_1", *USER_FOLDERS, *_store(tmp_path)]
+    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not _children(process.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    (worker,) = _children(process.pid)
+    time.sleep(4)  # the worker's imports, the compile, then the checked launch that spins
+    sent = time.monotonic()
+    process.send_signal(signum)
+    out, err = process.communicate(timeout=30)
+    took = time.monotonic() - sent
+    assert process.returncode == code, err[-3000:]
+    assert took < 2.0, f"{took:.2f} s"
+    assert not Path(f"/proc/{worker}").exists() or \
+        Path(f"/proc/{worker}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    assert [line for line in err.splitlines() if ERROR in line] == [
+        f"{ERROR} interrupted by {signal.Signals(signum).name}"
+        + (" (Ctrl-C)" if signum == signal.SIGINT else "")]
+    assert "Traceback" not in out + err
+    assert _only_run(tmp_path).info.status == "KILLED"
+
+
+def test_a_sanitizer_for_the_other_backend_is_refused_in_one_line(tmp_path):
+    done = gemmlab(tmp_path, "kernel=matmul_1", "check.sanitizer=memcheck", *_store(tmp_path))
+    one_error_line(done, "check.sanitizer=memcheck", "backend=cuda", "check.sanitizer=oclgrind")
+
+
+def _oclgrind_installed() -> bool:
+    import pyopencl as cl
+
+    return any("oclgrind" in p.name.lower() for p in cl.get_platforms())
+
+
+@pytest.mark.skipif(not _oclgrind_installed(), reason="needs pip install 'pyopencl[oclgrind]'")
+def test_oclgrind_names_the_line_that_writes_past_the_end(tmp_path):
+    done = gemmlab(tmp_path, "kernel=oob_1", "check.sanitizer=oclgrind", *USER_FOLDERS,
+                   *_store(tmp_path))
+    line = one_error_line(done, "oclgrind found errors in oob_1", "Invalid write",
+                          "of oob_1.cl")
+    source = (BROKEN / "opencl" / "oob_1.cl").read_text().splitlines()
+    number = int(line.split("at line ")[1].split(",")[0])
+    assert "C[M * N + col]" in source[number - 1]
+    run = _only_run(tmp_path)
+    assert run.info.status == "FAILED"
+    assert run.data.tags["check.sanitizer"] == "oclgrind"
+
+
+@pytest.mark.skipif(not _oclgrind_installed(), reason="needs pip install 'pyopencl[oclgrind]'")
+def test_a_clean_kernel_under_oclgrind_is_verified_and_not_timed(tmp_path):
+    done = gemmlab(tmp_path, "kernel=matmul_3", "check.sanitizer=oclgrind", *_store(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "oclgrind: no errors" in done.stdout
+    run = _only_run(tmp_path)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["check/passed"] == 1.0
+    assert "perf/gflops" not in run.data.metrics
