@@ -253,11 +253,9 @@ class OpenCLBackend(Backend):
             if self._info.compute_capability:  # e.g. 90: kernels guard sm_80+ inline PTX on it
                 major, minor = self._info.compute_capability.split(".")
                 options.append(f"-DGEMMLAB_NV_SM={int(major) * 10 + int(minor)}")
-            if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag.
-                # Driver 580 does not force a cap below what a kernel takes (H100: matmul_8
-                # kept 173 registers under caps 96..255), but it hands the cap to ptxas, which
-                # allocates differently under it (transpose_5's ragged path: 56 registers
-                # without, 144 with 255); the separate-word form is refused outright.
+            if max_registers is not None:
+                # OpenCL C has no __launch_bounds__, so the cap goes through NVIDIA's own flag
+                # (its effect: docs/opencl-notes.md).
                 options.append(f"-cl-nv-maxrregcount={int(max_registers)}")
         program = cl.Program(self.context, source)
         printed: list[str] = []  # what the compiler wrote to stderr: recorded, not shown
@@ -340,14 +338,9 @@ class OpenCLBackend(Backend):
         return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
 
     def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
-        # Profiling events stamp each command, so a lone kernel is timed by itself; but a step of
-        # several launches (a pre-pass, then the kernel) would time the host too: NVIDIA's OpenCL
-        # takes 30-60 µs to enqueue a launch, and the GPU idles that long between the two (H100:
-        # matmul_9 at 1000x1030x999, an 8 µs pre-pass, a 57 µs gap, a 99 µs kernel). So the
-        # launches are all queued before the first may start, and run back to back as they do
-        # in a queue kept full: on an NVIDIA GPU behind a spin kernel, as CUDA's hold kernel does
-        # (4 µs gaps there); elsewhere behind a user event completed once all are queued
-        # (NVIDIA's driver would then submit them one by one: 8-13 µs gaps).
+        # A step's launches are all queued before the first may start, so the time between
+        # them is the device's, not the host's enqueue time: behind a spin kernel on an NVIDIA
+        # GPU, behind a user event elsewhere (measurements: docs/opencl-notes.md).
         if self._info.is_nvidia_gpu:
             self._hold_queue()
             events = list(enqueue())
