@@ -182,3 +182,20 @@ def test_no_source_copy_is_left_in_the_temporary_folder(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert not list(tmp_path.glob("*.cl")), list(tmp_path.iterdir())
+
+
+@pytest.mark.xfail(strict=True, reason="runner/app.py does not record RunError.artifacts() yet: "
+                                       "remove this marker when it does (issue 27)")
+def test_the_failed_run_records_the_whole_build_log(user_folders, tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    kernels, conf = user_folders
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = gemmlab(tmp_path, f"kernel_dirs=[{kernels}]", f"hydra.searchpath=[file://{conf}]",
+                   "kernel=syn_1", f"tracking.uri={uri}")
+    one_error_line(done, "OpenCL build of syn_1.cl failed: ", EXPECTED)
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("gemmlab").experiment_id])
+    assert run.info.status == "FAILED"
+    log = Path(client.download_artifacts(run.info.run_id, "compile_log.txt", str(tmp_path)))
+    assert "undefined_thing" in log.read_text()
