@@ -8,7 +8,8 @@ import functools
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from runner.errors import RunError
+from runner.backends.build_log import first_error
+from runner.errors import BuildError
 
 
 @dataclass(frozen=True)
@@ -51,9 +52,9 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
             nvrtc.compileProgram(program, options)
         except nvrtc.NVRTCError:
             log = nvrtc.getProgramLog(program)
-            first = next((line for line in log.splitlines() if "error" in line.lower()),
-                         log.strip().splitlines()[0] if log.strip() else "no log")
-            raise RunError(f"NVRTC compile of {source_name} failed: {first.strip()}") from None
+            first = first_error(log, source_name)
+            raise BuildError(f"NVRTC compile of {source_name} failed: {first}",
+                             f"options: {' '.join(options)}\n\n{log}") from None
         log = nvrtc.getProgramLog(program)
         # NVRTC's getCUBIN has been seen to drop the final byte; an extra NUL is harmless to
         # the ELF loader and to cuobjdump, a missing one is not.

@@ -1,15 +1,22 @@
 """OpenCL through pyopencl: PoCL (or Intel's CPU runtime) on a CPU, a vendor's driver on a GPU."""
 
 import logging
+import os
+import re
+import sys
+import tempfile
 import warnings
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import pyopencl as cl  # runner/__init__.py has set up the drivers' environment before this
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
+from runner.backends.build_log import first_error, pyopencl_build_log
 from runner.backends.ptxas import parse_ptxas_report
-from runner.errors import RunError
+from runner.errors import BuildError, RunError
 
 log = logging.getLogger(__name__)
 
@@ -170,6 +177,42 @@ def _nvidia_compute_capability(device: "cl.Device") -> Optional[str]:
         return None
 
 
+@contextmanager
+def _stderr_kept(into: list):
+    """Hold what is written to the process's stderr (file descriptor 2) meanwhile and append it
+    to `into`: clang inside PoCL and Oclgrind prints "1 error generated." there itself."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as kept:
+            os.dup2(kept.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+                kept.seek(0)
+                into.append(kept.read().decode(errors="replace"))
+    finally:
+        os.close(saved)
+
+
+def _build_error(message: str, source_name: str, options: Sequence[str],
+                 printed: str) -> BuildError:
+    """The compiler's first error, with the user's file and line, from pyopencl's build error.
+
+    The log is read from the error's text: where pyopencl builds through its own cache (Intel's
+    runtime, Oclgrind), the program object holds no log after a failed build, and asking it for
+    one starts a new, unbuilt program (and a "Pre-build attribute access" warning)."""
+    log_text = pyopencl_build_log(message) or message
+    saved = re.search(r"\(source saved as (\S+\.cl)\)", message)
+    if saved and Path(saved.group(1)).parent == Path(tempfile.gettempdir()):
+        Path(saved.group(1)).unlink(missing_ok=True)  # pyopencl's copy of the source, per failure
+    first = first_error(log_text, source_name, fallback=message.splitlines()[0])
+    full_log = (f"options: {' '.join(options)}\n\n{log_text}" +
+                (f"\n(printed on stderr)\n{printed}" if printed.strip() else ""))
+    return BuildError(f"OpenCL build of {source_name} failed: {first}", full_log)
+
+
 class OpenCLBackend(Backend):
     name = "opencl"
 
@@ -210,24 +253,20 @@ class OpenCLBackend(Backend):
             if self._info.compute_capability:  # e.g. 90: kernels guard sm_80+ inline PTX on it
                 major, minor = self._info.compute_capability.split(".")
                 options.append(f"-DGEMMLAB_NV_SM={int(major) * 10 + int(minor)}")
-            if max_registers is not None:  # OpenCL C has no __launch_bounds__; NVIDIA's flag.
-                # Driver 580 does not force a cap below what a kernel takes (H100: matmul_8
-                # kept 173 registers under caps 96..255), but it hands the cap to ptxas, which
-                # allocates differently under it (transpose_5's ragged path: 56 registers
-                # without, 144 with 255); the separate-word form is refused outright.
+            if max_registers is not None:
+                # OpenCL C has no __launch_bounds__, so the cap goes through NVIDIA's own flag
+                # (its effect: docs/opencl-notes.md).
                 options.append(f"-cl-nv-maxrregcount={int(max_registers)}")
         program = cl.Program(self.context, source)
+        printed: list[str] = []  # what the compiler wrote to stderr: recorded, not shown
         try:
-            with warnings.catch_warnings():  # the log is read and recorded below, not printed
-                warnings.simplefilter("ignore", cl.CompilerWarning)
+            with warnings.catch_warnings(), _stderr_kept(printed):
+                warnings.simplefilter("ignore", cl.CompilerWarning)  # the log is recorded
                 program.build(options=options, devices=[self.device])
         except cl.RuntimeError as error:
-            log_text = program.get_build_info(self.device, cl.program_build_info.LOG)
-            first = next((line for line in log_text.splitlines() if "error" in line.lower()),
-                         str(error).splitlines()[0])
-            raise RunError(f"OpenCL build of {source_name} failed: {first.strip()}",
-                           ) from None
+            raise _build_error(str(error), source_name, options, "".join(printed)) from None
         build_log = program.get_build_info(self.device, cl.program_build_info.LOG) or ""
+        build_log += "".join(printed)
         kernels, resources = {}, {}
         reported = parse_ptxas_report(build_log)
         for entry in entries:
@@ -302,14 +341,9 @@ class OpenCLBackend(Backend):
         return cl.enqueue_copy(self.queue, dst, src, byte_count=nbytes)
 
     def time_ms(self, enqueue: Callable[[], Sequence[Any]]) -> float:
-        # Profiling events stamp each command, so a lone kernel is timed by itself; but a step of
-        # several launches (a pre-pass, then the kernel) would time the host too: NVIDIA's OpenCL
-        # takes 30-60 µs to enqueue a launch, and the GPU idles that long between the two (H100:
-        # matmul_9 at 1000x1030x999, an 8 µs pre-pass, a 57 µs gap, a 99 µs kernel). So the
-        # launches are all queued before the first may start, and run back to back as they do
-        # in a queue kept full: on an NVIDIA GPU behind a spin kernel, as CUDA's hold kernel does
-        # (4 µs gaps there); elsewhere behind a user event completed once all are queued
-        # (NVIDIA's driver would then submit them one by one: 8-13 µs gaps).
+        # A step's launches are all queued before the first may start, so the time between
+        # them is the device's, not the host's enqueue time: behind a spin kernel on an NVIDIA
+        # GPU, behind a user event elsewhere (measurements: docs/opencl-notes.md).
         if self._info.is_nvidia_gpu:
             self._hold_queue()
             events = list(enqueue())

@@ -7,14 +7,18 @@ for the first time while holding a lock beside the database file, and the first 
 """
 
 import functools
+import logging
 import os
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
 
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from runner.errors import RunError
+
+log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 300  # a migration of a large store can take a while; a hang cannot
 PROBE_TIMEOUT_S = 5.0  # a tracking server that has not answered by then is not answering
@@ -84,5 +88,42 @@ def ensure_store(uri: str) -> None:
                        "be created, e.g. tracking.uri=sqlite:///mlflow.db") from None
     from mlflow.tracking import MlflowClient
 
-    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+    with store_lock(path):
         MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates the schema
+
+
+def _check_writable(lock_path: Path, store: Path) -> None:
+    """A RunError at once where the lock file cannot be created: filelock would take that for a
+    lock held by someone else and retry until its timeout."""
+    try:
+        os.close(os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644))
+    except OSError as error:
+        raise RunError(f"cannot write in {store.parent}, the folder of the sqlite store {store} "
+                       f"(creating {lock_path.name}: {error.strerror or error}); allowed: a "
+                       "folder this user can write, e.g. tracking.uri=sqlite:///mlflow.db"
+                       ) from None
+
+
+@contextmanager
+def store_lock(store: Path, timeout: Optional[float] = None):
+    """Hold the lock beside the sqlite file `store`. Fails at once where the folder cannot be
+    written; waits (up to LOCK_TIMEOUT_S, saying so) only while another process holds it."""
+    timeout = LOCK_TIMEOUT_S if timeout is None else timeout
+    lock_path = Path(str(store) + ".lock")
+    _check_writable(lock_path, store)
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.warning("waiting for another gemmlab process that holds %s (it is creating or "
+                    "upgrading the store; up to %g s)", lock_path, timeout)
+        try:
+            lock.acquire(timeout=timeout)
+        except Timeout:
+            raise RunError(f"another process has held {lock_path} for {timeout:g} s (creating "
+                           f"or upgrading the store {store}); wait for it to finish, or end it"
+                           ) from None
+    try:
+        yield
+    finally:
+        lock.release()

@@ -1,0 +1,87 @@
+"""The sqlite store's lock (runner/record/store.py): a folder that cannot be written fails at
+once, and only a lock that another process really holds is waited for, saying so."""
+
+import logging
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from runner.errors import RunError
+from runner.record.store import store_lock
+from test_bad_inputs_cli import gemmlab, one_error_line
+
+# A folder nobody can create files in, root included (the tests run as root here, so a
+# chmod-ed folder would still be writable).
+UNWRITABLE = "/proc/gemmlab-test.db"
+
+HOLDER = """
+import sys, time
+from filelock import FileLock
+with FileLock(sys.argv[1]):
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def _hold(lock_path: Path, seconds: float) -> subprocess.Popen:
+    """Another process that holds the lock for `seconds`, started once it holds it."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock_path), str(seconds)],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_an_unwritable_folder_fails_at_once():
+    started = time.monotonic()
+    with pytest.raises(RunError, match=r"cannot write in /proc, the folder of the sqlite store"):
+        with store_lock(Path(UNWRITABLE)):
+            pass
+    assert time.monotonic() - started < 1
+
+
+def test_a_lock_held_by_another_process_is_waited_for_and_said(tmp_path, caplog):
+    store = tmp_path / "mlflow.db"
+    holder = _hold(Path(str(store) + ".lock"), 2)
+    try:
+        started = time.monotonic()
+        with caplog.at_level(logging.WARNING, logger="runner.record.store"):
+            with store_lock(store, timeout=60):
+                waited = time.monotonic() - started
+    finally:
+        holder.kill()
+        holder.wait()
+    assert 0.5 < waited < 30, f"{waited:.1f} s: the lock was waited for until it was released"
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert message.startswith(f"waiting for another gemmlab process that holds {store}.lock")
+
+
+def test_a_lock_held_past_the_timeout_names_it(tmp_path, caplog):
+    store = tmp_path / "mlflow.db"
+    holder = _hold(Path(str(store) + ".lock"), 30)
+    try:
+        with pytest.raises(RunError, match=rf"another process has held {store}.lock for 1 s"):
+            with store_lock(store, timeout=1):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_free_lock_is_taken_without_a_message(tmp_path, caplog):
+    with caplog.at_level(logging.WARNING, logger="runner.record.store"):
+        with store_lock(tmp_path / "mlflow.db"):
+            pass
+    assert not caplog.records
+
+
+def test_an_unwritable_store_folder_is_one_line_from_the_command_line(tmp_path):
+    uri = f"sqlite:///{UNWRITABLE}"
+    started = time.monotonic()
+    done = gemmlab(tmp_path, f"tracking.uri={uri}", timeout=60)
+    elapsed = time.monotonic() - started
+    one_error_line(done, f"cannot record in MLflow at tracking.uri={uri}",
+                   "cannot write in /proc, the folder of the sqlite store")
+    assert elapsed < 15, f"{elapsed:.1f} s"
