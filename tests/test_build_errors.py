@@ -184,8 +184,6 @@ def test_no_source_copy_is_left_in_the_temporary_folder(tmp_path):
     assert not list(tmp_path.glob("*.cl")), list(tmp_path.iterdir())
 
 
-@pytest.mark.xfail(strict=True, reason="runner/app.py does not record RunError.artifacts() yet: "
-                                       "remove this marker when it does (issue 27)")
 def test_the_failed_run_records_the_whole_build_log(user_folders, tmp_path):
     from mlflow.tracking import MlflowClient
 

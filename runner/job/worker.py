@@ -102,6 +102,8 @@ def run_job(conn: Connection, cfg) -> bool:
         send(("refused", str(error)))
         return True
     except RunError as error:
+        for name, text in error.artifacts().items():  # a compiler's whole log, say
+            send(("record", "text", (text, name)))
         fault = describe_fault(error)
         send(("fault", fault) if fault else ("failed", str(error)))
         return fault is None
