@@ -63,7 +63,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
     except RunError as error:
         print_failure(str(error), None)
         return None
-    if not cfg.check.get("sanitizer"):
+    if cfg.isolate and not cfg.check.get("sanitizer"):
         supervisor.prestart()  # the worker's imports overlap MLflow's below
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()

@@ -29,7 +29,9 @@ def failed_reason(store) -> str:
 
 def run_failing(store, *overrides) -> str:
     device = [] if "backend=cuda" in overrides else ["backend.device_type=cpu"]
-    cfg = compose_config(*overrides, *device, "timing.repeats=3", f"tracking.uri={store}")
+    # In this process (isolate=false): the tests shrink the device by patching its backend here.
+    cfg = compose_config(*overrides, *device, "timing.repeats=3", f"tracking.uri={store}",
+                         "isolate=false")
     assert run(cfg) is None
     return failed_reason(store)
 

@@ -278,7 +278,8 @@ def test_an_nvidia_gpu_whose_opencl_driver_is_not_registered(store):
         pytest.skip("NVIDIA's OpenCL platform is registered here")
     patched = ("import sys, runner.backends.cuda as cuda; cuda.gpu_count = lambda: 1; "
                "from runner.cli import main; main()")
-    done = store.run("backend.platform=NVIDIA", prefix=("-c", patched))
+    # isolate=false: the patch holds in this process, where the backend is then made.
+    done = store.run("backend.platform=NVIDIA", "isolate=false", prefix=("-c", patched))
     line = one_error_line(done, "backend.platform=NVIDIA matches no platform",
                           "/etc/OpenCL/vendors/nvidia.icd", "libnvidia-opencl.so.1",
                           "OCL_ICD_VENDORS")

@@ -82,13 +82,15 @@ def test_healthy_jobs_around_broken_ones_run_and_the_sweep_closes(tmp_path):
 
 
 def _children(pid: int) -> list[int]:
+    """The job worker processes `pid` started (not, say, the git it asks for the commit)."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
+            command = (stat.parent / "cmdline").read_bytes()
         except OSError:
             continue
-        if int(fields[1]) == pid:
+        if int(fields[1]) == pid and b"runner.job.worker" in command:
             found.append(int(stat.parent.name))
     return found
 
@@ -153,3 +155,55 @@ def test_a_clean_kernel_under_oclgrind_is_verified_and_not_timed(tmp_path):
     assert run.info.status == "FINISHED"
     assert run.data.metrics["check/passed"] == 1.0
     assert "perf/gflops" not in run.data.metrics
+
+
+# On an NVIDIA GPU (marked `gpu`, skipped without one): a real device fault, and the tools.
+from conftest import requires_cuda_gpu  # noqa: E402
+
+CUDA = ["backend=cuda", "timing.repeats=3", "timing.warmup=1", *USER_FOLDERS]
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_a_device_fault_is_one_line_and_the_next_job_runs(tmp_path):
+    done = gemmlab(tmp_path, "kernel=fault_1", "size=1000", *CUDA, *_store(tmp_path),
+                   quick=False)
+    one_error_line(done, "fault_1 made an illegal memory access at 1000x1000x1000; run again "
+                         "with check.sanitizer=memcheck to find the line")
+    assert "moduleUnload" not in done.stderr
+    done = gemmlab(tmp_path, "kernel=fault_1,matmul_1", "size=1000", *CUDA, *_store(tmp_path),
+                   quick=False, prefix=("-m", "runner", "-m"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    jobs = {r.data.params["kernel.name"]: r for r in runs(f"sqlite:///{tmp_path / 'mlflow.db'}")
+            if "kernel.name" in r.data.params}
+    assert jobs["fault_1"].info.status == "FAILED"
+    assert jobs["matmul_1"].info.status == "FINISHED"
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_a_write_past_the_end_is_caught_on_the_gpu_by_guards_and_by_memcheck(tmp_path):
+    done = gemmlab(tmp_path, "kernel=oob_1", "size=1000", *CUDA, *_store(tmp_path), quick=False)
+    one_error_line(done, "oob_1 wrote 1000 floats past the end of C", "first at element 1000000")
+    done = gemmlab(tmp_path, "kernel=oob_1", "size=100", "check.sanitizer=memcheck", *CUDA,
+                   *_store(tmp_path), quick=False)
+    one_error_line(done, "memcheck found errors in oob_1", "Invalid __global__ write")
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_a_clean_step_under_memcheck_is_verified(tmp_path):
+    done = gemmlab(tmp_path, "kernel=matmul_9", "m=70", "n=67", "k=50",
+                   "check.sanitizer=memcheck", *CUDA, *_store(tmp_path), quick=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "memcheck: no errors" in done.stdout
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_a_hung_gpu_kernel_ends_at_its_limit(tmp_path):
+    done = gemmlab(tmp_path, "kernel=hang_1", "size=256", "timing.timeout_s=3", *CUDA,
+                   *_store(tmp_path), quick=False)
+    one_error_line(done, "hang_1 did not finish within 3 s at 256x256x256")
+    assert _only_run(tmp_path).data.tags["gemmlab.status"] == "timeout"

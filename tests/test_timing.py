@@ -40,7 +40,7 @@ def test_flush_l2_flushes_before_every_kernel_and_baseline_sample(tmp_path, monk
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = compose_config("backend.device_type=cpu", "kernel=transpose_1", "m=40", "n=24",
                          "timing.warmup=2", "timing.repeats=4", "timing.flush_l2=true",
-                         f"tracking.uri={store}")
+                         f"tracking.uri={store}", "isolate=false")  # counted in this process
     assert run(cfg) > 0
     assert len(flushes) == 2 * (2 + 4), "kernel and device-copy samples, warm-up included"
     mlflow.set_tracking_uri(store)

@@ -190,6 +190,10 @@ class Config:
     # GEMMLAB_KERNEL_PATH's and the packaged kernels: adding a kernel never means editing the
     # installed package.
     kernel_dirs: List[str] = field(default_factory=list)
+    # Run the kernel in a worker process that this one supervises (time limits, Ctrl-C at once,
+    # a crash costs one run). false: in this process, for a debugger; a hang or a device fault
+    # then ends the whole command.
+    isolate: bool = True
 
 
 def register_configs() -> None:

@@ -167,6 +167,8 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
     worker of its own under the tool, closed after the job so the tool writes its summary."""
     tool = cfg.check.get("sanitizer")
     tool = getattr(tool, "value", tool)
+    if not cfg.get("isolate", True) and not tool:
+        return run_in_process(cfg, recorder, reuse_earlier, size_label, bars)
     if not tool:
         worker = _shared_worker()
         result = None
@@ -195,44 +197,32 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
         return result
 
 
-def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
-           bars) -> JobResult:
-    limits = _limits(cfg)
-    name = cfg.kernel.name
+class _Relay:
+    """What the supervisor does with each message of a job's worker: record, draw, answer.
+    `handle` returns the JobResult once the job has ended."""
 
-    def crashed(phase: str, key) -> JobResult:
-        return JobResult("failed", key=key, reason=(
-            f"{name} crashed at {size_label} in its {phase} stage: {worker.death()}; "
-            f"{sanitizer_hint(cfg.backend.name)}"))
+    def __init__(self, cfg, recorder, reuse_earlier, size_label: str, bars, reply):
+        self.cfg, self.recorder, self.reuse_earlier = cfg, recorder, reuse_earlier
+        self.size_label, self.bars, self.reply = size_label, bars, reply
+        self.limits = _limits(cfg)
+        self.phase, self.key = "setup", None
+        self.deadline = time.monotonic() + self.limits["setup"]
 
-    worker.conn.send(("job", cfg))
-    phase, deadline = "setup", time.monotonic() + limits["setup"]
-    key = None
-    while True:
-        if not worker.conn.poll(POLL_S):
-            if time.monotonic() > deadline:
-                return JobResult("timeout", key=key,
-                                 reason=_timed_out(phase, limits[phase], cfg, size_label))
-            if not worker.alive() and not worker.conn.poll(0):
-                return crashed(phase, key)
-            continue
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            return crashed(phase, key)
-        kind = message[0]
+    def handle(self, message: tuple) -> Optional[JobResult]:
+        kind, name, key = message[0], self.cfg.kernel.name, self.key
         if kind == "phase":
-            phase, deadline = message[1], time.monotonic() + limits[message[1]]
+            self.phase = message[1]
+            self.deadline = time.monotonic() + self.limits[self.phase]
         elif kind == "bar":
-            deadline = time.monotonic() + limits[phase]
-            bars(message[1:])
+            self.deadline = time.monotonic() + self.limits[self.phase]
+            self.bars(message[1:])
         elif kind == "log":
             logging.getLogger(message[1]).log(message[2], message[3])
         elif kind == "record":
-            getattr(recorder, message[1])(*message[2])
+            getattr(self.recorder, message[1])(*message[2])
         elif kind == "key":
-            key = message[1]
-            worker.conn.send("reuse" if reuse_earlier(key) else "measure")
+            self.key = message[1]
+            self.reply("reuse" if self.reuse_earlier(self.key) else "measure")
         elif kind == "cached":
             return JobResult("cached", key=key, reusable=True)
         elif kind == "done":
@@ -241,12 +231,77 @@ def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
             return JobResult(kind, reason=message[1], key=key, reusable=True)
         elif kind == "fault":
             return JobResult("failed", key=key, reason=(
-                f"{name} {message[1]} at {size_label}; {sanitizer_hint(cfg.backend.name)}"))
+                f"{name} {message[1]} at {self.size_label}; "
+                f"{sanitizer_hint(self.cfg.backend.name)}"))
         elif kind == "crash":
             sys.stderr.write(message[1])
             last = message[1].strip().splitlines()[-1]
             return JobResult("failed", key=key,
                              reason=f"internal error in {name}'s run: {last} (traceback above)")
+        return None
+
+    def timed_out(self) -> JobResult:
+        return JobResult("timeout", key=self.key, reason=_timed_out(
+            self.phase, self.limits[self.phase], self.cfg, self.size_label))
+
+
+def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
+           bars) -> JobResult:
+    relay = _Relay(cfg, recorder, reuse_earlier, size_label, bars, worker.conn.send)
+
+    def crashed() -> JobResult:
+        return JobResult("failed", key=relay.key, reason=(
+            f"{cfg.kernel.name} crashed at {size_label} in its {relay.phase} stage: "
+            f"{worker.death()}; {sanitizer_hint(cfg.backend.name)}"))
+
+    worker.conn.send(("job", cfg))
+    while True:
+        if not worker.conn.poll(POLL_S):
+            if time.monotonic() > relay.deadline:
+                return relay.timed_out()
+            if not worker.alive() and not worker.conn.poll(0):
+                return crashed()
+            continue
+        try:
+            message = worker.conn.recv()
+        except (EOFError, OSError):
+            return crashed()
+        result = relay.handle(message)
+        if result is not None:
+            return result
+
+
+class _InProcess:
+    """The worker's side of the socket when the job runs in this very process (isolate=false):
+    each message is handled as it is sent; the one reply waits in a list."""
+
+    def __init__(self, relay_args: tuple):
+        self.replies: list = []
+        self.relay = _Relay(*relay_args, reply=self.replies.append)
+        self.result: Optional[JobResult] = None
+
+    def send(self, message: tuple) -> None:
+        result = self.relay.handle(message)
+        if result is not None:
+            self.result = result
+
+    def recv(self):
+        return self.replies.pop(0)
+
+
+def run_in_process(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
+    """The job in the caller's process: no time limits, and a hang or a fault ends the
+    caller too, but a debugger can step into the kernel's run."""
+    from runner.job.worker import run_job as worker_run_job
+    from runner.terminal import progress as progress_bars
+
+    connection = _InProcess((cfg, recorder, reuse_earlier, size_label, bars))
+    try:
+        worker_run_job(connection, cfg)
+    finally:
+        progress_bars.forward_to(None)
+        bars(("end",))
+    return connection.result
 
 
 def _read(path: Optional[str]) -> str:
