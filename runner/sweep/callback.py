@@ -7,6 +7,12 @@ environment (inherited by joblib's workers and submitit's jobs alike), shows a p
 by the children MLflow has recorded (whichever launcher runs them), and at the end logs the
 sweep's summary table, counts with reasons and plots on the parent and prints the best
 configuration per kernel and size. Single runs never see any of this.
+
+What the parent carries for MLflow's UI: its name says what was swept; its description starts
+with that and where the report is; its metrics are the best rate per kernel and size, one
+metric per kernel (`gflops/matmul_9`, `gbps/copy_1`; `gflops/matmul_9/cuda` where several
+backends are swept) with the size as the step, so that its chart view draws rate against size;
+the counts, wall time and overhead per job are tags (`gemmlab.sweep.jobs` …).
 """
 
 import atexit
@@ -182,6 +188,71 @@ class SweepSummary:
         return rows
 
 
+def series_key(run, backend_in_key: bool) -> str:
+    """The parent's metric holding this run's kernel against size: `gflops/matmul_9`
+    (`gbps/copy_1` for copies), `gflops/matmul_9/cuda` where the sweep has several backends."""
+    kernel = run.data.params.get("kernel.name", "?")
+    backend = f"/{run.data.params.get('backend.name', '?')}" if backend_in_key else ""
+    return f"{'gflops' if _unit(run) == 'GFLOPS' else 'gbps'}/{kernel}{backend}"
+
+
+def series_step(run) -> int:
+    """The size as a metric's step (MLflow's charts draw it as x): M, which is the size of a
+    square problem and the first dimension of any other."""
+    return int(run.data.params.get("M") or 0)
+
+
+def series_metrics(summary: "SweepSummary") -> list:
+    """The best rate per kernel (and backend) and size as metrics with the size as the step,
+    so that the parent run's chart view draws rate against size with no setup."""
+    from mlflow.entities import Metric
+
+    several_backends = len({backend for _, _, backend, _ in summary.best}) > 1
+    points: dict = {}
+    for run in summary.best.values():
+        rate = _rate(run)
+        if rate is None:
+            continue
+        point = (series_key(run, several_backends), series_step(run))
+        points[point] = max(rate, points.get(point, rate))
+    now = int(time.time() * 1000)
+    return [Metric(key, value, now, step) for (key, step), value in sorted(points.items())]
+
+
+def bookkeeping_of(summary: "SweepSummary", wall_s: float) -> dict:
+    """Jobs by status, wall time and the cost per job beyond the kernels' own work: the
+    parent's `gemmlab.sweep.*` tags, never metrics (they would crowd the rates in the charts)."""
+    counts = {"jobs": summary.finished, **{status: summary.counts[status] for status in STATUSES}}
+    if summary.counts["killed"]:
+        counts["killed"] = summary.counts["killed"]
+    if summary.finished:  # what a job costs beyond its kernel's checked launch and timing
+        work = sum(run.data.metrics.get("time_s/kernel_work", 0.0) for run in summary.runs
+                   if _status(run) == "ok")
+        counts["wall_s"] = wall_s
+        counts["overhead_s_per_job"] = (wall_s - work) / summary.finished
+    return counts
+
+
+def _tag_value(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def description(name: str, summary: "SweepSummary", expected: Optional[int],
+                devices: list[str]) -> str:
+    """The parent's description: what the sweep was and where its report is, then the best
+    configuration per kernel and size with the counts."""
+    where = f" on {', '.join(devices)}" if devices else ""
+    units = sorted({"gflops" if _unit(run) == "GFLOPS" else "gbps"
+                    for run in summary.best.values()})
+    odd = any(len(set(_size(run).split("x"))) > 1 for run in summary.best.values())
+    charts = (f" Charts: `{'`, `'.join(f'{u}/<kernel>' for u in units)}`, the best rate per "
+              f"size with the size as the step{' (M where M, N, K differ)' if odd else ''}."
+              if units else "")
+    return (f"**{name}**: {summary.finished} jobs{where}.  \n"
+            f"Report: artifacts `report/sweep.md` and its plots in `report/`; the rows of every "
+            f"job in `sweep_summary.csv`.{charts}\n\n" + summary.markdown(expected))
+
+
 def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
     return client.search_runs([experiment_id],
                               filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
@@ -333,36 +404,28 @@ class SweepRecorder(Callback):
         finally:
             self._client.set_terminated(parent, status)
         print_sweep_summary(summary, self._expected, self._name, parent, self._uri,
-                            metrics.get("sweep/overhead_s_per_job"))
+                            metrics.get("overhead_s_per_job"))
 
     def _log_summary(self, parent: str, summary: SweepSummary) -> dict:
-        """Counts, overhead, best, the summary table, the report and the reasons, on the
-        parent; returns the metrics logged."""
+        """The rate per kernel against size as metrics, bookkeeping as tags, the description,
+        the summary table, the report and the reasons, on the parent; returns the bookkeeping."""
+        from mlflow.entities import RunTag
+
         client = self._client
-        metrics = {f"sweep/{status}": float(summary.counts[status]) for status in STATUSES}
-        metrics["sweep/jobs"] = float(summary.finished)
-        if summary.finished:  # what a job costs beyond its kernel's checked launch and timing
-            work = sum(run.data.metrics.get("time_s/kernel_work", 0.0) for run in summary.runs
-                       if _status(run) == "ok")
-            metrics["sweep/wall_s"] = time.monotonic() - self._started
-            metrics["sweep/overhead_s_per_job"] = (metrics["sweep/wall_s"] - work) / \
-                summary.finished
-        best = summary.best_overall()
-        if best is not None:
-            metrics["sweep/best_gflops" if _unit(best) == "GFLOPS" else "sweep/best_gbps"] = \
-                _rate(best)
-        for key, value in metrics.items():
-            client.log_metric(parent, key, value)
+        bookkeeping = bookkeeping_of(summary, time.monotonic() - self._started)
+        client.log_batch(parent, metrics=series_metrics(summary),
+                         tags=[RunTag(f"gemmlab.sweep.{key}", _tag_value(value))
+                               for key, value in bookkeeping.items()])
         devices = sorted({r.data.tags["device.name"] for r in summary.runs
                           if "device.name" in r.data.tags})
         client.set_tag(parent, "device.name", ", ".join(devices) or "—")
+        best = summary.best_overall()
         if best is not None:
             described = (f"{best.data.params.get('kernel.name')} {_size(best)} "
                          f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
             client.set_tag(parent, "gemmlab.sweep.best", described)
-            client.set_tag(parent, "mlflow.runName",
-                           f"best {_rate(best):,.1f} {_unit(best)} · {self._name}"[:250])
-        client.set_tag(parent, "mlflow.note.content", summary.markdown(self._expected))
+        client.set_tag(parent, "mlflow.note.content",
+                       description(self._name, summary, self._expected, devices))
         rows = summary.rows()
         if rows:
             buffer = io.StringIO()
@@ -376,7 +439,7 @@ class SweepRecorder(Callback):
         lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
         lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
         client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
-        return metrics
+        return bookkeeping
 
     def _log_report(self, parent: str, summary: SweepSummary) -> None:
         """The report's page and plots of this sweep (best configuration per step and size)."""
