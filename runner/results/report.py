@@ -37,9 +37,10 @@ from runner.results.records import rate as _rate  # noqa: E402
 from runner.results.records import size_label as _size_label  # noqa: E402
 from runner.results.records import status  # noqa: E402
 from runner.results.records import vendor_rate as _vendor_rate  # noqa: E402
+from runner.record import names
 
-SWEEP_TAG = "gemmlab.sweep"
-PARENT_TAG = "mlflow.parentRunId"
+SWEEP_TAG = names.SWEEP
+PARENT_TAG = names.PARENT_RUN_ID
 STATUSES = ("ok", "refused", "failed", "cached")
 MEASURED = ("ok", "cached")  # runs whose metrics are a measurement (cached: copied from one)
 
@@ -111,9 +112,10 @@ def select(runs: list, backend: Optional[str] = None, device: Optional[str] = No
     """Runs of one backend (exact name) and/or whose device.name contains `device` (any case).
     Runs refused before a device was opened carry no device name and drop out under --device."""
     if backend is not None:
-        runs = [r for r in runs if r.data.params.get("backend.name") == backend]
+        runs = [r for r in runs if r.data.params.get(names.BACKEND_NAME) == backend]
     if device is not None:
-        runs = [r for r in runs if device.lower() in r.data.tags.get("device.name", "").lower()]
+        runs = [r for r in runs
+                if device.lower() in r.data.tags.get(names.DEVICE_NAME, "").lower()]
     return runs
 
 
@@ -149,8 +151,8 @@ def latest_per_cell(runs, best: bool = False) -> dict:
         if status(run) not in MEASURED:
             continue
         params = run.data.params
-        key = (params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
-        cell = (params.get("kernel.name", "?"), _size_label(run))
+        key = (params.get(names.BACKEND_NAME, "?"), run.data.tags.get(names.DEVICE_NAME, "?"))
+        cell = (params.get(names.KERNEL_NAME, "?"), _size_label(run))
         held = table[key].get(cell)
         if held is None or (best and (_rate(run) or 0) > (_rate(held) or 0)):
             table[key][cell] = run
@@ -166,12 +168,13 @@ def failures(runs) -> list[str]:
             continue
         params = run.data.params
         tiling = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(params.items())
-                           if k.startswith("kernel.params."))
-        key = (params.get("backend.name"), params.get("kernel.name"), _size_label(run), tiling)
+                           if k.startswith(names.KERNEL_PARAMS_PREFIX))
+        key = (params.get(names.BACKEND_NAME), params.get(names.KERNEL_NAME), _size_label(run),
+               tiling)
         if key in seen:
             continue
         seen.add(key)
-        reason = run.data.tags.get("failure_reason", run.info.status)
+        reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
         lines.append(f"- {key[0]} · {key[1]} at {key[2]} ({tiling}): {state}: {reason}")
     return lines
 
@@ -228,7 +231,7 @@ def summary_table(table: dict) -> list[str]:
                 continue
             m = run.data.metrics
             row.append(f"{_fmt_rate(_rate(run))} "
-                       f"({_fmt(m.get('perf/pct_of_vendor'), '.0f')}%)")
+                       f"({_fmt(m.get(names.PCT_OF_VENDOR), '.0f')}%)")
         lines.append(f"| {kernel} | " + " | ".join(row) + " |")
     return lines + [""]
 
@@ -260,15 +263,15 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
         sample = next(iter(cells.values()))
         tags = sample.data.tags
         started = dt.datetime.fromtimestamp(sample.info.start_time / 1000, dt.timezone.utc)
-        commands = sorted({as_read_from(r.data.tags.get("gemmlab.command", "?"), uri)
+        commands = sorted({as_read_from(r.data.tags.get(names.COMMAND, "?"), uri)
                            for r in cells.values()})
         lines += [f"## {backend} on {device}", "",
-                  f"- driver: {tags.get('device.driver', '?')}",
-                  f"- platform: {tags.get('device.platform', '?')}",
-                  f"- vendor baseline: {tags.get('vendor.name', 'none')}",
+                  f"- driver: {tags.get(names.DEVICE_DRIVER, '?')}",
+                  f"- platform: {tags.get(names.DEVICE_PLATFORM, '?')}",
+                  f"- vendor baseline: {tags.get(names.VENDOR_NAME, 'none')}",
                   f"- date (UTC): {started:%Y-%m-%d %H:%M}",
-                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit(s) "
-                  + ", ".join(sorted({r.data.tags.get("gemmlab.git_commit", "?")
+                  f"- runner: {tags.get(names.RUNNER_VERSION, '?')}, commit(s) "
+                  + ", ".join(sorted({r.data.tags.get(names.GIT_COMMIT, "?")
                                       for r in cells.values()})),
                   "- command(s):", *[f"  - `{c}`" for c in commands], ""]
         units = {_unit(_is_gemm(r)) for r in cells.values()}
@@ -279,18 +282,18 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
         for (kernel, size), run in sorted(cells.items(),
                                           key=lambda c: (_step_key(c[0][0]), _size_key(c[0][1]))):
             m = run.data.metrics
-            error = "exact" if not _is_gemm(run) else _fmt(m.get("check/rel_error"), ".1e")
+            error = "exact" if not _is_gemm(run) else _fmt(m.get(names.CHECK_REL_ERROR), ".1e")
             step = kernel
             if status(run) == "cached":
-                step += f" (cached from `{run.data.tags.get('gemmlab.reused_from', '?')[:8]}`)"
+                step += f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`)"
             lines.append(
                 f"| {step} | {size} | {_fmt_rate(_rate(run))} | "
                 f"{_fmt_rate(_vendor_rate(run))} | "
-                f"{_fmt(m.get('perf/pct_of_vendor'), '.1f')} | "
-                f"{_fmt(m.get('time_ms/median'), '.4f')} | "
-                f"{_fmt(m.get('kernel/registers'), '.0f')} | "
-                f"{_fmt(m.get('kernel/spill_bytes'), '.0f')} | "
-                f"{_fmt(m.get('kernel/shared_bytes'), '.0f')} | {error} |")
+                f"{_fmt(m.get(names.PCT_OF_VENDOR), '.1f')} | "
+                f"{_fmt(m.get(names.TIME_MS_MEDIAN), '.4f')} | "
+                f"{_fmt(m.get(names.REGISTERS), '.0f')} | "
+                f"{_fmt(m.get(names.SPILL_BYTES), '.0f')} | "
+                f"{_fmt(m.get(names.SHARED_BYTES), '.0f')} | {error} |")
         lines.append("")
     if failed:
         lines += ["## Failed runs", "",
@@ -348,7 +351,8 @@ def _save(fig, path: Path) -> Path:
 def _x_of(run) -> tuple[float, bool]:
     """A size's place on the x axis and whether it is square (M = N = K, or M = N)."""
     p = run.data.params
-    dims = [int(p.get(d, 0) or 0) for d in (("M", "N", "K") if _is_gemm(run) else ("M", "N"))]
+    dims = [int(p.get(d, 0) or 0)
+            for d in ((names.M, names.N, names.K) if _is_gemm(run) else (names.M, names.N))]
     product = 1
     for d in dims:
         product *= d
@@ -379,7 +383,7 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
                 series[kernel].append((x, _rate(run), is_square))
             if _vendor_rate(run):
                 vendor[x].append(_vendor_rate(run))
-                vendor_name = vendor_name or run.data.tags.get("vendor.name")
+                vendor_name = vendor_name or run.data.tags.get(names.VENDOR_NAME)
                 if not is_square:
                     odd_vendor.add(x)
         # Lines join the square sizes; a shape that is not square (4097x4095x4093 next to 4096)
@@ -470,7 +474,7 @@ def _thousands(ax):
 
 
 def _pct(run) -> str:
-    pct = run.data.metrics.get("perf/pct_of_vendor")
+    pct = run.data.metrics.get(names.PCT_OF_VENDOR)
     return "" if pct is None else f"{pct:.0f}%"
 
 
@@ -493,7 +497,7 @@ def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
         top = max([_rate(runs[k]) for k in kernels] + vendor)
         _bar_labels(ax, bars, [_pct(runs[k]) for k in kernels], inside_above=0.12 * top)
         if vendor:
-            name = runs[kernels[0]].data.tags.get("vendor.name", "vendor")
+            name = runs[kernels[0]].data.tags.get(names.VENDOR_NAME, "vendor")
             ax.axhline(_median(vendor), color="k", linestyle="--", linewidth=1.5)
             # Named just above the line at the left, where a ladder's first bars are low.
             ax.annotate(f"{name if is_gemm else 'device copy'}: {_fmt_rate(_median(vendor))}",
@@ -523,7 +527,7 @@ def _resource_runs(cells: dict) -> dict:
 def plot_resources(title: str, table: dict, path: Path) -> Optional[Path]:
     """Registers and spill bytes per step, a bar per backend and device; absent is 'n/a'."""
     groups = {key: _resource_runs(cells) for key, cells in sorted(table.items())}
-    metrics = ("kernel/registers", "kernel/spill_bytes")
+    metrics = (names.REGISTERS, names.SPILL_BYTES)
     if not any(r.data.metrics.get(m) is not None
                for runs in groups.values() for r in runs.values() for m in metrics):
         return None

@@ -39,6 +39,7 @@ from runner.results.records import rate as _rate
 from runner.results.records import status
 from runner.results.records import vendor_rate as _vendor_rate
 from runner.results.report import MEASURED, load_runs, select
+from runner.record import names
 
 TABLES_DIR = CONF_DIR / "seeds"
 ROWS_DIR = CONF_DIR / "seed_row"
@@ -191,15 +192,16 @@ def write_configs() -> list[Path]:
 def _run_size(run) -> Optional[int]:
     """The square size of a run (M = N, and K too for SGEMM), else None."""
     p = run.data.params
-    dims = {p.get("M"), p.get("N")} | ({p.get("K")} if _is_gemm(run) else set())
+    dims = {p.get(names.M), p.get(names.N)} | ({p.get(names.K)} if _is_gemm(run) else set())
     return int(dims.pop()) if len(dims) == 1 and None not in dims else None
 
 
 def _row_of(run, table: Table, params_of: dict) -> Optional[Row]:
     p = run.data.params
-    tiling = {k[len("kernel.params."):]: v for k, v in p.items() if k.startswith("kernel.params.")}
+    prefix = names.KERNEL_PARAMS_PREFIX
+    tiling = {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
     for row in table.rows:
-        if p.get("kernel.name") == row.kernel and tiling == params_of[row.id]:
+        if p.get(names.KERNEL_NAME) == row.kernel and tiling == params_of[row.id]:
             return row
     return None
 
@@ -222,10 +224,10 @@ def match_runs(table: Table, runs: list) -> Matched:
         if row is None or size is None:
             unmatched += 1
             continue
-        backend = run.data.params.get("backend.name", "?")
+        backend = run.data.params.get(names.BACKEND_NAME, "?")
         state = status(run)
         if state in MEASURED and _rate(run) is not None:
-            key = (row.id, size, (backend, run.data.tags.get("device.name", "?")))
+            key = (row.id, size, (backend, run.data.tags.get(names.DEVICE_NAME, "?")))
             cells.setdefault(key, run)
         elif state in ("failed", "refused"):
             failed.setdefault((row.id, size, backend), run)
@@ -266,7 +268,7 @@ def our_pct(table: Table, matched: Matched, row: Row, size: int, group) -> Optio
     if table.reference_row:
         reference = matched.cells.get((table.reference_row, size, group))
         return 100.0 * _rate(run) / _rate(reference) if reference and _rate(reference) else None
-    return run.data.metrics.get("perf/pct_of_vendor")
+    return run.data.metrics.get(names.PCT_OF_VENDOR)
 
 
 def _fmt_rate(value: Optional[float]) -> str:
@@ -352,7 +354,7 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
                 continue
             cell = f"{_fmt_rate(_rate(run))} ({_fmt_pct(our_pct(table, matched, row, size, group))}"
             if table.reference_row:
-                cell += f"; {_fmt_pct(run.data.metrics.get('perf/pct_of_vendor'))}"
+                cell += f"; {_fmt_pct(run.data.metrics.get(names.PCT_OF_VENDOR))}"
             cells.append(cell + ")")
         if not table.columns:
             cells.insert(2, "no figures in the seed")
@@ -384,17 +386,17 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
         newest = max(runs, key=lambda r: r.info.start_time)
         tags = newest.data.tags
         when = dt.datetime.fromtimestamp(newest.info.start_time / 1000, dt.timezone.utc)
-        commands = sorted({r.data.tags.get("gemmlab.command", "?") for r in runs})
-        commits = sorted({r.data.tags.get("gemmlab.git_commit", "?") for r in runs})
-        timing = sorted({f"{r.data.params.get('timing.warmup')} warm-up, "
-                         f"{r.data.params.get('timing.repeats')} timed" for r in runs})
+        commands = sorted({r.data.tags.get(names.COMMAND, "?") for r in runs})
+        commits = sorted({r.data.tags.get(names.GIT_COMMIT, "?") for r in runs})
+        timing = sorted({f"{r.data.params.get(names.TIMING_WARMUP)} warm-up, "
+                         f"{r.data.params.get(names.TIMING_REPEATS)} timed" for r in runs})
         lines += [f"## Ours: {group[0]} on {group[1]}", "",
                   f"- device: {group[1]}",
-                  f"- driver: {tags.get('device.driver', '?')}",
-                  f"- platform: {tags.get('device.platform', '?')}",
-                  f"- vendor baseline: {tags.get('vendor.name', 'none')}",
+                  f"- driver: {tags.get(names.DEVICE_DRIVER, '?')}",
+                  f"- platform: {tags.get(names.DEVICE_PLATFORM, '?')}",
+                  f"- vendor baseline: {tags.get(names.VENDOR_NAME, 'none')}",
                   f"- date (UTC) of the newest run: {when:%Y-%m-%d %H:%M}",
-                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit(s) "
+                  f"- runner: {tags.get(names.RUNNER_VERSION, '?')}, commit(s) "
                   + ", ".join(commits),
                   f"- timing: {', '.join(timing)} launches (median shown)",
                   "- measured by:", *[f"  - `{c}`" for c in commands], ""]
@@ -402,7 +404,7 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
         lines += ["## Rows without a measurement", "",
                   "Recorded in MLflow with their reason and never timed:", ""]
         for (row_id, size, backend), run in sorted(matched.failures.items()):
-            reason = run.data.tags.get("failure_reason", run.info.status)
+            reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
             lines.append(f"- {table.row(row_id).seed} → `{table.row(row_id).kernel}` at {size}, "
                          f"{backend}: {status(run)}: {reason}")
         lines.append("")

@@ -20,11 +20,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from runner.results.records import rate as _rate, status, tiling as _tiling  # noqa: E402
 from runner.results.report import PARENT_TAG, SWEEP_TAG, _client, _search  # noqa: E402
+from runner.record import names
 
 
 def newest_sweep(client, experiment_id: str, sweeper: str):
     parents = _search(client, [experiment_id], f"tags.`{SWEEP_TAG}` = 'true' and "
-                                               f"tags.`gemmlab.sweep.sweeper` = '{sweeper}'")
+                                               f"tags.`{names.SWEEP_SWEEPER}` = '{sweeper}'")
     if not parents:
         raise SystemExit(f"no {sweeper} sweep in experiment {experiment_id}")
     return parents[0]
@@ -63,8 +64,8 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
                     if best is not None and best >= _rate(grid_best)), None)
     search_best = max((t for t in trials if status(t) in ("ok", "cached") and _rate(t)),
                       key=_rate, default=None)
-    unit = "GFLOPS" if "perf/gflops" in grid_best.data.metrics else "GB/s"
-    device = grid_best.data.tags.get("device.name", "?")
+    unit = "GFLOPS" if names.GFLOPS in grid_best.data.metrics else "GB/s"
+    device = grid_best.data.tags.get(names.DEVICE_NAME, "?")
     refused = sum(status(run) == "refused" for run in points)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -92,31 +93,32 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     fig.savefig(image, dpi=110)
     plt.close(fig)
 
-    size = f"{grid_best.data.params.get('M')}x{grid_best.data.params.get('N')}x" \
-           f"{grid_best.data.params.get('K')}"
+    size = f"{grid_best.data.params.get(names.M)}x{grid_best.data.params.get(names.N)}x" \
+           f"{grid_best.data.params.get(names.K)}"
     tags = grid_best.data.tags
     lines = [
         f"# Autotuning against the grid: {experiment}", "",
         f"Generated on {dt.date.today().isoformat()} by `python -m runner.tuning --experiment "
         f"{experiment}` from the sweeps recorded in `{uri}`.", "",
-        f"- device: {device}, driver {tags.get('device.driver', '?')}",
-        f"- kernel {grid_best.data.params.get('kernel.name')} at {size}, backend "
-        f"{grid_best.data.params.get('backend.name')}, runner "
-        f"{tags.get('gemmlab.runner_version', '?')} commit {tags.get('gemmlab.git_commit', '?')}",
+        f"- device: {device}, driver {tags.get(names.DEVICE_DRIVER, '?')}",
+        f"- kernel {grid_best.data.params.get(names.KERNEL_NAME)} at {size}, backend "
+        f"{grid_best.data.params.get(names.BACKEND_NAME)}, runner "
+        f"{tags.get(names.RUNNER_VERSION, '?')} commit {tags.get(names.GIT_COMMIT, '?')}",
         f"- grid: parent run `{grid.info.run_id}`, {len(points)} points ({len(measured)} "
         f"measured, {refused} refused by the constraints), "
-        f"`{grid.data.tags.get('gemmlab.command', '?')}`",
+        f"`{grid.data.tags.get(names.COMMAND, '?')}`",
         f"- search: parent run `{search.info.run_id}`, {len(trials)} trials "
         f"({len(scored)} measured, {sum(status(t) == 'refused' for t in trials)} refused by "
         f"the constraints, each in a fraction of a second), "
-        f"`{search.data.tags.get('gemmlab.command', '?')}`", "",
+        f"`{search.data.tags.get(names.COMMAND, '?')}`", "",
         "| | configuration | rate | % of vendor |", "| --- | --- | ---: | ---: |",
         f"| grid's best | {_tiling(grid_best)} | {_rate(grid_best):,.0f} {unit} | "
-        f"{grid_best.data.metrics.get('perf/pct_of_vendor', float('nan')):.1f} |",
+        f"{grid_best.data.metrics.get(names.PCT_OF_VENDOR, float('nan')):.1f} |",
     ]
     if search_best is not None:
         lines.append(f"| search's best | {_tiling(search_best)} | {_rate(search_best):,.0f} "
-                     f"{unit} | {search_best.data.metrics.get('perf/pct_of_vendor', float('nan')):.1f} |")
+                     f"{unit} | "
+                     f"{search_best.data.metrics.get(names.PCT_OF_VENDOR, float('nan')):.1f} |")
     lines += ["", (f"The search reached the grid's best (or better) at trial **{reached}** of "
                    f"{len(trials)}, against the grid's {len(points)} points."
                    if reached else

@@ -39,6 +39,7 @@ from runner.results.records import size_label as _size
 from runner.results.records import status as _status
 from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
+from runner.record import names
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
 STATUSES = ("ok", "cached", "refused", "failed")
@@ -116,14 +117,15 @@ class SweepSummary:
             status = _status(run)
             summary.counts[status] += 1
             if status in ("refused", "failed"):
-                reason = run.data.tags.get("failure_reason", run.info.status)
+                reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
                 summary.reasons[f"{status}: {reason}"] += 1
                 continue
             rate = _rate(run)
             if rate is None:
                 continue
-            cell = (run.data.params.get("kernel.name", "?"), _size(run),
-                    run.data.params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
+            cell = (run.data.params.get(names.KERNEL_NAME, "?"), _size(run),
+                    run.data.params.get(names.BACKEND_NAME, "?"),
+                    run.data.tags.get(names.DEVICE_NAME, "?"))
             if cell not in summary.best or rate > _rate(summary.best[cell]):
                 summary.best[cell] = run
         return summary
@@ -158,7 +160,7 @@ class SweepSummary:
                  "| kernel | size | backend | device | tiling | rate | % of vendor |",
                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
         for (kernel, size, backend, device), run in self.ordered_best():
-            pct = run.data.metrics.get("perf/pct_of_vendor")
+            pct = run.data.metrics.get(names.PCT_OF_VENDOR)
             lines.append(f"| {kernel} | {size} | {backend} | {device} | {_tiling(run)} | "
                          f"{_rate(run):,.1f} {_unit(run)} | "
                          f"{'—' if pct is None else f'{pct:.1f}%'} |")
@@ -175,15 +177,15 @@ class SweepSummary:
             metrics = run.data.metrics
             rows.append({
                 "run_id": run.info.run_id, "status": _status(run),
-                "kernel": run.data.params.get("kernel.name", ""),
-                "backend": run.data.params.get("backend.name", ""),
-                "device": run.data.tags.get("device.name", ""), "size": _size(run),
+                "kernel": run.data.params.get(names.KERNEL_NAME, ""),
+                "backend": run.data.params.get(names.BACKEND_NAME, ""),
+                "device": run.data.tags.get(names.DEVICE_NAME, ""), "size": _size(run),
                 "tiling": _tiling(run), "rate": _rate(run), "unit": _unit(run),
-                "pct_of_vendor": metrics.get("perf/pct_of_vendor"),
-                "time_ms_median": metrics.get("time_ms/median"),
-                "registers": metrics.get("kernel/registers"),
-                "reused_from": run.data.tags.get("gemmlab.reused_from", ""),
-                "reason": run.data.tags.get("failure_reason", ""),
+                "pct_of_vendor": metrics.get(names.PCT_OF_VENDOR),
+                "time_ms_median": metrics.get(names.TIME_MS_MEDIAN),
+                "registers": metrics.get(names.REGISTERS),
+                "reused_from": run.data.tags.get(names.REUSED_FROM, ""),
+                "reason": run.data.tags.get(names.FAILURE_REASON, ""),
             })
         return rows
 
@@ -191,15 +193,16 @@ class SweepSummary:
 def series_key(run, backend_in_key: bool) -> str:
     """The parent's metric holding this run's kernel against size: `gflops/matmul_9`
     (`gbps/copy_1` for copies), `gflops/matmul_9/cuda` where the sweep has several backends."""
-    kernel = run.data.params.get("kernel.name", "?")
-    backend = f"/{run.data.params.get('backend.name', '?')}" if backend_in_key else ""
-    return f"{'gflops' if _unit(run) == 'GFLOPS' else 'gbps'}/{kernel}{backend}"
+    kernel = run.data.params.get(names.KERNEL_NAME, "?")
+    backend = f"/{run.data.params.get(names.BACKEND_NAME, '?')}" if backend_in_key else ""
+    series = names.SERIES_GFLOPS if _unit(run) == "GFLOPS" else names.SERIES_GBPS
+    return f"{series}{kernel}{backend}"
 
 
 def series_step(run) -> int:
     """The size as a metric's step (MLflow's charts draw it as x): M, which is the size of a
     square problem and the first dimension of any other."""
-    return int(run.data.params.get("M") or 0)
+    return int(run.data.params.get(names.M) or 0)
 
 
 def series_metrics(summary: "SweepSummary") -> list:
@@ -226,7 +229,7 @@ def bookkeeping_of(summary: "SweepSummary", wall_s: float) -> dict:
     if summary.counts["killed"]:
         counts["killed"] = summary.counts["killed"]
     if summary.finished:  # what a job costs beyond its kernel's checked launch and timing
-        work = sum(run.data.metrics.get("time_s/kernel_work", 0.0) for run in summary.runs
+        work = sum(run.data.metrics.get(names.KERNEL_WORK_S, 0.0) for run in summary.runs
                    if _status(run) == "ok")
         counts["wall_s"] = wall_s
         counts["overhead_s_per_job"] = (wall_s - work) / summary.finished
@@ -242,10 +245,10 @@ def description(name: str, summary: "SweepSummary", expected: Optional[int],
     """The parent's description: what the sweep was and where its report is, then the best
     configuration per kernel and size with the counts."""
     where = f" on {', '.join(devices)}" if devices else ""
-    units = sorted({"gflops" if _unit(run) == "GFLOPS" else "gbps"
+    units = sorted({names.SERIES_GFLOPS if _unit(run) == "GFLOPS" else names.SERIES_GBPS
                     for run in summary.best.values()})
     odd = any(len(set(_size(run).split("x"))) > 1 for run in summary.best.values())
-    charts = (f" Charts: `{'`, `'.join(f'{u}/<kernel>' for u in units)}`, the best rate per "
+    charts = (f" Charts: `{'`, `'.join(f'{u}<kernel>' for u in units)}`, the best rate per "
               f"size with the size as the step{' (M where M, N, K differ)' if odd else ''}."
               if units else "")
     return (f"**{name}**: {summary.finished} jobs{where}.  \n"
@@ -255,7 +258,7 @@ def description(name: str, summary: "SweepSummary", expected: Optional[int],
 
 def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
     return client.search_runs([experiment_id],
-                              filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                              filter_string=f"tags.`{names.PARENT_RUN_ID}` = '{parent_run_id}'",
                               max_results=50000)
 
 
@@ -264,7 +267,8 @@ def _progress_line(summary: SweepSummary) -> str:
     now = ", ".join(r.info.run_name for r in running[:2]) or "—"
     best = summary.best_overall()
     best_text = "—" if best is None else (
-        f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get('kernel.name')} {_size(best)} "
+        f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get(names.KERNEL_NAME)} "
+        f"{_size(best)} "
         f"{_tiling(best)}".strip())
     skipped = f" · {summary.counts['cached']} cached" if summary.counts["cached"] else ""
     return f"sweep · now: {now} · best: {best_text}{skipped}"
@@ -325,7 +329,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
     for column, justify in columns + ([("", "left")] if any_cached else []):
         table.add_column(column, justify=justify, no_wrap=column != "tiling")
     for (kernel, size, backend, device), run in summary.ordered_best():
-        pct = run.data.metrics.get("perf/pct_of_vendor")
+        pct = run.data.metrics.get(names.PCT_OF_VENDOR)
         row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
                "—" if pct is None else f"{pct:.1f}%"]
         table.add_row(*row, *(["cached" if _status(run) == "cached" else ""] if any_cached
@@ -370,18 +374,19 @@ class SweepRecorder(Callback):
         self._name = f"sweep {tracking.experiment}: {described}"[:240]
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
         launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
-        tags = {**provenance_tags(), "gemmlab.sweep": "true",
-                "gemmlab.sweep.overrides": " ".join(config.hydra.overrides.task),
-                "gemmlab.sweep.sweeper": sweeper.rsplit(".", 1)[-1],
-                "gemmlab.sweep.launcher": launcher.rsplit(".", 1)[-1],
-                "gemmlab.sweep.dir": str(OmegaConf.select(config, "hydra.sweep.dir"))}
+        tags = {**provenance_tags(), names.SWEEP: "true",
+                names.SWEEP_OVERRIDES: " ".join(config.hydra.overrides.task),
+                names.SWEEP_SWEEPER: sweeper.rsplit(".", 1)[-1],
+                names.SWEEP_LAUNCHER: launcher.rsplit(".", 1)[-1],
+                names.SWEEP_DIR: str(OmegaConf.select(config, "hydra.sweep.dir"))}
         run = client.create_run(experiment_id, run_name=self._name, tags=tags)
         self._client, self._uri = client, tracking.uri
         self._experiment_id, self._parent_run_id = experiment_id, run.info.run_id
         for key, values in definition.items():
-            client.log_param(run.info.run_id, f"sweep.{key}"[:250], values[:6000])
+            client.log_param(run.info.run_id, f"{names.SWEEP_PARAM_PREFIX}{key}"[:250],
+                             values[:6000])
         if self._expected is not None:
-            client.log_param(run.info.run_id, "sweep.expected_jobs", self._expected)
+            client.log_param(run.info.run_id, names.SWEEP_EXPECTED_JOBS, self._expected)
         os.environ[PARENT_ENV] = run.info.run_id
         self._started = time.monotonic()
         self._monitor = _ProgressMonitor(tracking.uri, experiment_id, run.info.run_id,
@@ -414,17 +419,17 @@ class SweepRecorder(Callback):
         client = self._client
         bookkeeping = bookkeeping_of(summary, time.monotonic() - self._started)
         client.log_batch(parent, metrics=series_metrics(summary),
-                         tags=[RunTag(f"gemmlab.sweep.{key}", _tag_value(value))
+                         tags=[RunTag(f"{names.SWEEP_PREFIX}{key}", _tag_value(value))
                                for key, value in bookkeeping.items()])
-        devices = sorted({r.data.tags["device.name"] for r in summary.runs
-                          if "device.name" in r.data.tags})
-        client.set_tag(parent, "device.name", ", ".join(devices) or "—")
+        devices = sorted({r.data.tags[names.DEVICE_NAME] for r in summary.runs
+                          if names.DEVICE_NAME in r.data.tags})
+        client.set_tag(parent, names.DEVICE_NAME, ", ".join(devices) or "—")
         best = summary.best_overall()
         if best is not None:
-            described = (f"{best.data.params.get('kernel.name')} {_size(best)} "
+            described = (f"{best.data.params.get(names.KERNEL_NAME)} {_size(best)} "
                          f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
-            client.set_tag(parent, "gemmlab.sweep.best", described)
-        client.set_tag(parent, "mlflow.note.content",
+            client.set_tag(parent, names.SWEEP_BEST, described)
+        client.set_tag(parent, names.NOTE,
                        description(self._name, summary, self._expected, devices))
         rows = summary.rows()
         if rows:
