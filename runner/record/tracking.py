@@ -207,8 +207,19 @@ def _commit_of_this_process() -> Optional[str]:
 EXPERIMENT_KIND = {names.EXPERIMENT_KIND: "custom_model_development"}
 
 
+def artifact_location(uri: str) -> Optional[str]:
+    """Where a new experiment of a sqlite store keeps its artifacts: `mlartifacts/` beside the
+    database file, so that copying the store's folder keeps them (MLflow's default is ./mlruns
+    of whatever directory the command ran in). None for other stores (a server decides)."""
+    if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
+        return None
+    database = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    return (database.resolve().parent / "mlartifacts").as_uri()
+
+
 def experiment_for(uri: str, name: str) -> str:
-    """The id of the experiment `name`, created (as a runs experiment) when it does not exist."""
+    """The id of the experiment `name`, created (as a runs experiment, its artifacts beside a
+    sqlite store) when it does not exist."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -217,7 +228,8 @@ def experiment_for(uri: str, name: str) -> str:
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, tags=EXPERIMENT_KIND)
+        return client.create_experiment(name, artifact_location=artifact_location(uri),
+                                         tags=EXPERIMENT_KIND)
     except MlflowException:  # a parallel job created it first
         return client.get_experiment_by_name(name).experiment_id
 
