@@ -22,8 +22,8 @@ test:               ## the CPU test suite (what CI runs); GPU tests skip without
 test-gpu:           ## only the GPU-marked tests (on a machine with an NVIDIA GPU)
 	$(PYTHON) -m pytest -q -m gpu
 
-ui:                 ## the MLflow UI on the local store, http://127.0.0.1:5000
-	$(PYTHON) -m mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow.db
+ui:                 ## the MLflow UI on ./mlflow.db at http://127.0.0.1:5000, the latest sweep's URL printed; e.g. ARGS="--uri sqlite:///other.db --port 5001"
+	$(PYTHON) -m runner.ui $(ARGS)
 
 sgemm-ladder:       ## the whole SGEMM ladder over 1024..8192; e.g. ARGS="backend=cuda"
 	$(PYTHON) -m runner -m +experiment=sgemm_ladder $(ARGS)

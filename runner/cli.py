@@ -1,7 +1,8 @@
 """`gemmlab <overrides>`: the console script, the same as `python -m runner <overrides>`.
 
 `gemmlab --version` answers with gemmlab's version (Hydra's own `--version` would name Hydra's)
-and does not compose any config; every other argument goes to the Hydra app unchanged.
+and does not compose any config; `gemmlab ui [--uri …] [--port …]` starts the MLflow UI on the
+store (runner/ui.py); every other argument goes to the Hydra app unchanged.
 
 Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
 which spreads over several lines with the schema's class names, folded into one), and a
@@ -84,6 +85,10 @@ def _report_errors_on_one_line() -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["ui"]:  # `gemmlab ui`: the MLflow UI, before Hydra sees the argv
+        from runner.ui import main as ui
+
+        sys.exit(ui(sys.argv[2:]))
     if "--version" in sys.argv[1:]:
         from runner import __version__
 
