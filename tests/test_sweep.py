@@ -346,3 +346,21 @@ def test_several_backends_get_a_series_each_and_odd_shapes_step_by_m():
     assert points == {("gflops/matmul_2/opencl", 64): 1.0, ("gflops/matmul_2/cuda", 64): 9.0,
                       ("gflops/matmul_2/opencl", 33): 0.5}
     assert "(M where M, N, K differ)" in description("s", summary, None, ["CPU"])
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["kernel=matmul_1,matmul_99", "size=16"], "Could not find 'kernel/matmul_99'"),
+    (["+experiment=sgemm_ladder", "shape=null", "size=96"], "set to null"),
+])
+def test_a_sweep_that_starts_no_job_is_one_line_and_records_nothing(tmp_path, overrides, said):
+    database = tmp_path / "mlflow.db"
+    done = subprocess.run([sys.executable, "-m", "runner", "-m", *QUICK, *overrides,
+                           f"tracking.uri=sqlite:///{database}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gemmlab: error: ") and said in lines[0], \
+        lines[-20:]
+    if database.exists():
+        with sqlite3.connect(database) as connection:
+            assert connection.execute("select count(*) from runs").fetchone() == (0,)

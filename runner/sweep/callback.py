@@ -364,8 +364,8 @@ class SweepRecorder(Callback):
         from runner.record.tracking import _quiet_mlflow, experiment_for, provenance_tags
 
         tracking = config.tracking
+        _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
         ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
-        _quiet_mlflow()
         client = MlflowClient(tracking.uri)
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
@@ -403,6 +403,13 @@ class SweepRecorder(Callback):
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
         summary = SweepSummary.of(sweep_children(self._client, self._experiment_id, parent))
+        if not summary.runs:  # no job started (a typo in the sweep): leave no empty parent
+            self._forget(parent)
+            if status == "FINISHED":  # else the error that stopped the sweep was its one line
+                from runner.terminal.summary import print_failure
+
+                print_failure("the sweep launched no job; nothing was recorded", None)
+            return
         metrics = {}
         try:
             metrics = self._log_summary(parent, summary)
@@ -410,6 +417,16 @@ class SweepRecorder(Callback):
             self._client.set_terminated(parent, status)
         print_sweep_summary(summary, self._expected, self._name, parent, self._uri,
                             metrics.get("overhead_s_per_job"))
+
+    def _forget(self, parent: str) -> None:
+        """Delete the parent run for good (a soft delete would still list it under Deleted)."""
+        self._client.delete_run(parent)
+        store = getattr(getattr(self._client, "_tracking_client", None), "store", None)
+        if hasattr(store, "_hard_delete_run"):  # a database store: what `mlflow gc` does
+            try:
+                store._hard_delete_run(parent)
+            except Exception as error:  # the soft delete stands; the run is hidden
+                log.debug("could not delete the empty parent run %s: %s", parent, error)
 
     def _log_summary(self, parent: str, summary: SweepSummary) -> dict:
         """The rate per kernel against size as metrics, bookkeeping as tags, the description,
