@@ -71,6 +71,8 @@ def main(argv=None, wait_s: float = 120.0) -> Optional[int]:
                               env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
                               stdout=subprocess.DEVNULL)
     previous = signal.signal(signal.SIGTERM, _interrupt)
+    # Ctrl-C even where the shell started this with SIGINT ignored (a background job)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     base = f"http://{HOST}:{args.port}"
     try:
         deadline = time.monotonic() + wait_s
@@ -97,6 +99,7 @@ def main(argv=None, wait_s: float = 120.0) -> Optional[int]:
     finally:
         _stop(server)
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 if __name__ == "__main__":
