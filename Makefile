@@ -22,8 +22,8 @@ test:               ## the CPU test suite (what CI runs); GPU tests skip without
 test-gpu:           ## only the GPU-marked tests (on a machine with an NVIDIA GPU)
 	$(PYTHON) -m pytest -q -m gpu
 
-ui:                 ## the MLflow UI on the local store, http://127.0.0.1:5000
-	$(PYTHON) -m mlflow ui --host 127.0.0.1 --port 5000 --backend-store-uri sqlite:///mlflow.db
+ui:                 ## the MLflow UI on ./mlflow.db at http://127.0.0.1:5000, the latest sweep's URL printed; e.g. ARGS="--uri sqlite:///other.db --port 5001"
+	$(PYTHON) -m runner.ui $(ARGS)
 
 sgemm-ladder:       ## the whole SGEMM ladder over 1024..8192; e.g. ARGS="backend=cuda"
 	$(PYTHON) -m runner -m +experiment=sgemm_ladder $(ARGS)
@@ -31,7 +31,7 @@ sgemm-ladder:       ## the whole SGEMM ladder over 1024..8192; e.g. ARGS="backen
 transpose-ladder:   ## the copy/transpose ladder over 1024..16384
 	$(PYTHON) -m runner -m +experiment=transpose_ladder $(ARGS)
 
-report:             ## results pages from MLflow; e.g. make report ARGS="--experiment sgemm_ladder"
+report:             ## results pages (the latest sweep by default) in ./gemmlab-pages; e.g. ARGS="--experiment sgemm_ladder"
 	$(PYTHON) -m runner.report $(ARGS)
 
 PAGE_ARGS ?=        # to the pages, e.g. PAGE_ARGS="--uri sqlite:///other.db"
@@ -42,5 +42,5 @@ seed-tables:        ## measure the seeds' tables, write docs/seeds/; e.g. ARGS="
 	  $(PYTHON) -m runner -m +experiment=seed_$$table $(ARGS) || exit 1; \
 	done
 	for table in $(SEED_TABLES); do \
-	  $(PYTHON) -m runner.seed_tables $$table $(PAGE_ARGS) || exit 1; \
+	  $(PYTHON) -m runner.seed_tables $$table --out docs/seeds $(PAGE_ARGS) || exit 1; \
 	done

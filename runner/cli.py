@@ -1,10 +1,12 @@
 """`gemmlab <overrides>`: the console script, the same as `python -m runner <overrides>`.
 
 `gemmlab --version` answers with gemmlab's version (Hydra's own `--version` would name Hydra's)
-and does not compose any config; every other argument goes to the Hydra app unchanged.
+and does not compose any config; `gemmlab ui [--uri …] [--port …]` starts the MLflow UI on the
+store (runner/ui.py); every other argument goes to the Hydra app unchanged.
 
 Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
-which spreads over several lines with the schema's class names, folded into one), and a
+which spreads over several lines with the schema's class names, folded into one; a ValueError
+raised in Hydra's own code for an override it cannot apply, such as `shape=null`), and a
 RunError raised outside a run (a sweep's tracking store that cannot be opened). Ctrl-C and
 SIGTERM end the run in progress as KILLED (runner/terminal/interrupts.py) and exit 130 and 143.
 `HYDRA_FULL_ERROR=1` shows Hydra's own message and stack as before.
@@ -47,6 +49,27 @@ def yaml_error_line(error) -> str:
             f"column {mark.column + 1}")
 
 
+def raised_by_hydra(error: BaseException) -> bool:
+    """Whether Hydra's own code raised this (its config loader's ValueError for an override it
+    cannot apply, e.g. a config group set to null), rather than ours or a library's bug."""
+    import hydra
+
+    frames = error.__traceback__
+    while frames is not None and frames.tb_next is not None:
+        frames = frames.tb_next
+    if frames is None:
+        return False
+    return os.path.abspath(frames.tb_frame.f_code.co_filename).startswith(
+        os.path.dirname(os.path.abspath(hydra.__file__)) + os.sep)
+
+
+def hydra_value_error_line(error: ValueError) -> str:
+    message = str(error).strip().splitlines()[0] if str(error).strip() else "invalid override"
+    if "Got NoneType" in message:  # `shape=null`: a group cannot be null, only removed
+        message += " (a config group set to null on the command line: remove it with ~group)"
+    return message
+
+
 def _report_errors_on_one_line() -> None:
     """Wrap Hydra's `run_and_report`, which prints a config error over several lines (or a
     stack for any other exception), so that config errors and RunErrors are one line."""
@@ -65,15 +88,20 @@ def _report_errors_on_one_line() -> None:
         def guarded():
             try:
                 return func()
-            except (CompactHydraException, OmegaConfBaseException, RunError, YAMLError) as error:
+            except (CompactHydraException, OmegaConfBaseException, RunError, YAMLError,
+                    ValueError) as error:
                 if os.environ.get("HYDRA_FULL_ERROR") == "1":
                     raise
+                if isinstance(error, ValueError) and not raised_by_hydra(error):
+                    raise  # a bug: Hydra shows its stack
                 from runner.terminal.summary import print_failure
 
                 if isinstance(error, RunError):
                     print_failure(str(error).strip(), None)
                 elif isinstance(error, YAMLError):
                     print_failure(yaml_error_line(error), None)
+                elif isinstance(error, ValueError):
+                    print_failure(hydra_value_error_line(error), None)
                 else:
                     print_failure(one_line(error), None)
                 sys.exit(1)
@@ -84,6 +112,10 @@ def _report_errors_on_one_line() -> None:
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["ui"]:  # `gemmlab ui`: the MLflow UI, before Hydra sees the argv
+        from runner.ui import main as ui
+
+        sys.exit(ui(sys.argv[2:]))
     if "--version" in sys.argv[1:]:
         from runner import __version__
 

@@ -451,5 +451,10 @@ def test_sigterm_during_a_sweep_kills_the_running_job_and_the_sweep_resumes(tmp_
 
 def test_make_ui_binds_localhost():
     makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
-    ui = [line for line in makefile.splitlines() if "mlflow ui" in line or "mlflow server" in line]
-    assert ui and all("--host 127.0.0.1" in line for line in ui)
+    ui = [line for line in makefile.splitlines() if "mlflow ui" in line or "mlflow server" in line
+          or "runner.ui" in line]
+    assert ui and all("--host 127.0.0.1" in line or "runner.ui" in line for line in ui)
+    from runner.ui import server_command  # what `make ui` (gemmlab ui) starts
+
+    command = server_command("sqlite:///mlflow.db", 5000)
+    assert command[command.index("--host") + 1] == "127.0.0.1"

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from runner import __version__
 
 # pip puts console scripts beside the interpreter of the environment it installs into.
@@ -29,3 +31,51 @@ def test_overrides_reach_the_hydra_app_unchanged(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "name: matmul_3" in done.stdout
     assert "size: 48" in done.stdout and "repeats: 3" in done.stdout
+
+
+def test_ui_serves_the_store_prints_the_latest_sweep_and_stops_on_ctrl_c(tmp_path):
+    import signal
+    import socket
+    import urllib.request
+
+    from mlflow.tracking import MlflowClient
+
+    from runner.record.tracking import experiment_for
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    experiment = experiment_for(store, "gemmlab")
+    client = MlflowClient(store)
+    client.create_run(experiment, run_name="older sweep", tags={"gemmlab.sweep": "true"})
+    newest = client.create_run(experiment, run_name="sweep gemmlab: size=64,128",
+                               tags={"gemmlab.sweep": "true"})
+    client.create_run(experiment, run_name="a job, not a sweep")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    ui = subprocess.Popen([str(GEMMLAB), "ui", "--uri", store, "--port", str(port)], cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lines = []
+        while not any("Ctrl-C" in line for line in lines):
+            line = ui.stdout.readline()
+            assert line, f"gemmlab ui ended early: {ui.stderr.read()[-2000:]}"
+            lines.append(line)
+        url = (f"http://127.0.0.1:{port}/#/experiments/{experiment}/runs/"
+               f"{newest.info.run_id}")
+        assert any(url in line for line in lines), lines
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=30) as page:
+            assert page.status == 200
+        ui.send_signal(signal.SIGINT)
+        assert ui.wait(timeout=30) == 0
+        with pytest.raises(OSError):  # what it started is gone: nothing listens any more
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    finally:
+        if ui.poll() is None:
+            ui.kill()
+
+
+def test_ui_without_a_store_is_one_line(tmp_path):
+    done = _gemmlab("ui", "--uri", f"sqlite:///{tmp_path / 'none.db'}", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("gemmlab: error: no MLflow store at")
+    assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.db").exists()

@@ -94,3 +94,25 @@ def test_recorded_shared_bytes_count_the_launchs_dynamic_memory():
     assert metrics["kernel/shared_bytes"] == 4608
     assert metrics["kernel/dynamic_shared_bytes"] == 4096
     assert resource_metrics(KernelResources())["kernel/shared_bytes"] is None  # not reported
+
+
+def test_artifacts_live_beside_a_sqlite_store_not_in_the_working_directory(tmp_path,
+                                                                           monkeypatch):
+    """Copying the store's folder keeps the artifacts: they go to mlartifacts/ beside the
+    database, whatever directory the command ran in."""
+    from runner.record.tracking import artifact_location
+
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    (tmp_path / "store").mkdir()
+    cfg = compose_config("backend.device_type=cpu", "kernel=matmul_1", "size=16",
+                         "timing.repeats=3", "timing.warmup=0", f"tracking.uri={store}")
+    assert run(cfg) > 0
+    recorded = _only_run(store)
+    assert recorded.info.artifact_uri.startswith((tmp_path / "store" / "mlartifacts").as_uri())
+    assert (tmp_path / "store" / "mlartifacts").is_dir()
+    assert not (elsewhere / "mlruns").exists() and not (elsewhere / "mlartifacts").exists()
+    assert artifact_location("sqlite:///x.db") == (elsewhere / "mlartifacts").as_uri()
+    assert artifact_location("http://127.0.0.1:5000") is None

@@ -219,3 +219,31 @@ def test_page_commands_name_the_store_the_page_read(recorded, expected):
     """A store recorded on another machine and copied here is named as the reader's command
     would name it, never by the path on the machine that ran it."""
     assert as_read_from(recorded, "sqlite:///sgemm.db") == expected
+
+
+def test_no_arguments_report_the_latest_sweep_and_a_short_id_names_it(store, tmp_path,
+                                                                       monkeypatch, capsys):
+    uri, parent_id = store
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mlflow.db").write_bytes(open(uri.removeprefix("sqlite:///"), "rb").read())
+    files = report_main([])  # the default store in the working directory, its latest sweep
+    assert files[0].resolve() == tmp_path / "gemmlab-pages" / f"sweep-{parent_id[:8]}.md"
+    assert files[0].read_text().startswith("# Benchmark: sweep ladder test")
+    assert "gemmlab-pages/" in capsys.readouterr().out
+    short = report_main(["--sweep", parent_id[:8], "--uri", uri, "--out", str(tmp_path / "s")])
+    assert short[0] == tmp_path / "s" / f"sweep-{parent_id[:8]}.md"
+
+
+def test_no_store_or_no_sweep_is_one_line_and_writes_nothing(tmp_path):
+    missing = f"sqlite:///{tmp_path / 'none.db'}"
+    with pytest.raises(SystemExit) as failed:
+        report_main(["--uri", missing, "--out", str(tmp_path / "pages")])
+    assert str(failed.value.code).startswith("gemmlab: error: no MLflow store at")
+    assert not (tmp_path / "none.db").exists() and not (tmp_path / "pages").exists()
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    from runner.record.store import ensure_store
+
+    ensure_store(empty)
+    with pytest.raises(SystemExit, match="gemmlab: error: no sweep in"):
+        report_main(["--uri", empty, "--out", str(tmp_path / "pages")])
+    assert not (tmp_path / "pages").exists()

@@ -159,12 +159,38 @@ def test_page_from_cpu_runs(transpose_runs, tmp_path):
     assert files[1].stat().st_size > 10_000
 
 
-def test_page_without_runs_says_how_to_measure(tmp_path):
+def test_no_runs_is_one_line_that_says_how_to_measure_and_writes_nothing(tmp_path, capsys):
+    """A table with no runs fails (exit 1, one `gemmlab: error:` line) rather than replacing a
+    page with an empty table; a store that does not exist is not created by reading it."""
     uri = f"sqlite:///{tmp_path / 'empty.db'}"
-    files = seed_tables.main(["mygemm_progression", "--uri", uri, "--out", str(tmp_path)])
-    assert files == [tmp_path / "mygemm_progression.md"], "no plot without a measurement"
-    page = files[0].read_text()
-    assert "**No measured runs yet.**" in page
-    assert "python -m runner -m +experiment=seed_mygemm_progression backend=cuda" in page
-    assert "| myGEMM5 (将矩阵B转置后运算, transposed B) | `matmul_5` [2] | no figures in the " \
-           "seed |" in page
+    out = tmp_path / "pages"
+    with pytest.raises(SystemExit) as failed:
+        seed_tables.main(["mygemm_progression", "--uri", uri, "--out", str(out)])
+    message = str(failed.value.code)
+    assert message.startswith("gemmlab: error: ") and "\n" not in message
+    assert "python -m runner -m +experiment=seed_mygemm_progression backend=cuda" in message
+    assert not out.exists() and not (tmp_path / "empty.db").exists()
+
+
+def test_pages_go_to_the_working_directory_unless_out_is_given(transpose_runs, tmp_path,
+                                                               monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    files = seed_tables.main(["cuda_learning_transpose", "--uri", transpose_runs])
+    assert files[0] == seed_tables.recorded.out_folder(None) / "cuda_learning_transpose.md"
+    assert files[0].parent.resolve() == (tmp_path / "gemmlab-pages").resolve()
+    assert "gemmlab-pages/" in capsys.readouterr().out
+
+
+def test_a_cpu_page_names_the_vendor_its_runs_were_compared_with(tmp_path):
+    """A GFLOPS table published against cuBLAS, measured on the CPU: our columns are % of the
+    library the runs timed (numpy), not "% of cuBLAS SGEMM"."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run(compose_config("+experiment=seed_mygemm_progression", "backend.device_type=cpu",
+                              "seed_row/mygemm_progression=myGEMM1", "size=64", "timing.warmup=0",
+                              "timing.repeats=3", f"tracking.uri={uri}")) > 0
+    (page, *_) = seed_tables.main(["mygemm_progression", "--uri", uri, "--out", str(tmp_path)])
+    text = page.read_text()
+    ours = next(line for line in text.splitlines() if line.startswith("| seed row"))
+    assert "ours: opencl" in ours and "GFLOPS (% of numpy" in ours
+    assert "% of cuBLAS" not in ours.split("ours:", 1)[1]
+    assert "| numpy" in text, "the vendor's own row is named after the library"

@@ -61,9 +61,22 @@ def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
     assert parent.data.params["sweep.size"] == "24,40"
     assert parent.data.params["sweep.kernel.params.TS"] == "8,12"
     assert parent.data.params["sweep.expected_jobs"] == "4"
-    metrics = parent.data.metrics
-    assert (metrics["sweep/ok"], metrics["sweep/refused"], metrics["sweep/failed"],
-            metrics["sweep/cached"], metrics["sweep/jobs"]) == (2, 2, 0, 0, 4)
+    tags = parent.data.tags
+    assert tuple(tags[f"gemmlab.sweep.{key}"] for key in ("ok", "refused", "failed", "cached",
+                                                          "jobs")) == ("2", "2", "0", "0", "4")
+    assert float(tags["gemmlab.sweep.overhead_s_per_job"]) < float(tags["gemmlab.sweep.wall_s"])
+    # The charts get the rates only: one metric per kernel, the size as its step.
+    assert set(parent.data.metrics) == {"gflops/matmul_2"}
+    history = client.get_metric_history(parent.info.run_id, "gflops/matmul_2")
+    assert sorted(point.step for point in history) == [24, 40]
+    best = {run.data.params["M"]: run.data.metrics["perf/gflops"] for run in jobs
+            if run.data.tags["gemmlab.status"] == "ok"}
+    assert {point.step: point.value for point in history} == {24: best["24"], 40: best["40"]}
+    assert parent.info.run_name.startswith("sweep gemmlab: ") and "size=24,40" in \
+        parent.info.run_name
+    first, second = parent.data.tags["mlflow.note.content"].splitlines()[:2]
+    assert "size=24,40" in first and "4 jobs" in first
+    assert "report/" in second and "gflops/<kernel>" in second
     assert parent.data.tags["device.name"] and parent.data.tags["gemmlab.runner_version"]
     assert "TS=8" in parent.data.tags["gemmlab.sweep.best"]
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -113,7 +126,7 @@ def test_eight_parallel_joblib_jobs_on_a_fresh_store_lose_nothing(tmp_path):
     assert sorted(run.data.params["M"] for run in jobs) == sizes, "one run per job, none lost"
     assert all(run.info.status == "FINISHED" and run.data.metrics["perf/gflops"] > 0
                for run in jobs)
-    assert parent.data.metrics["sweep/ok"] == 8
+    assert parent.data.tags["gemmlab.sweep.ok"] == "8"
     with sqlite3.connect(database) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
 
@@ -131,7 +144,7 @@ def test_a_relaunched_sweep_skips_what_was_measured_and_reruns_on_request(tmp_pa
     assert statuses(cached) == ["cached", "cached"]
     assert {run.data.tags["gemmlab.reused_from"] for run in cached} == measured
     assert all(run.data.metrics["perf/gflops"] > 0 for run in cached)
-    assert second.data.metrics["sweep/cached"] == 2
+    assert second.data.tags["gemmlab.sweep.cached"] == "2"
     assert "2/2 jobs: 0 measured, 2 cached" in again.stdout and "cached: measured in run" in \
         again.stdout
     assert statuses(children(client, third)) == ["ok", "ok"]
@@ -289,3 +302,65 @@ def test_the_tuning_page_compares_the_search_with_the_grid(tmp_path):
     assert ("reached the grid's best (or better) at trial" in text
             or "did not reach the grid's best in 4 trials" in text)
     assert image.stat().st_size > 10_000
+
+
+def _job(kernel: str, m: int, n: int, k: int, rate: float, backend: str = "opencl",
+         operation: str = "sgemm"):
+    """A recorded job as MLflow returns it, without a store."""
+    from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
+
+    metric = "perf/gflops" if operation == "sgemm" else "bw/gbps"
+    info = RunInfo(run_id=f"{kernel}{backend}{m}{n}{k}{rate}", experiment_id="1",
+                   user_id="", status="FINISHED", start_time=1, end_time=2,
+                   lifecycle_stage="active")
+    params = {"kernel.name": kernel, "backend.name": backend, "M": m, "N": n, "K": k}
+    tags = {"gemmlab.status": "ok", "gemmlab.operation": operation, "device.name": "CPU"}
+    return Run(info, RunData(metrics=[Metric(metric, rate, 0, 0)],
+                             params=[Param(key, str(v)) for key, v in params.items()],
+                             tags=[RunTag(key, v) for key, v in tags.items()]))
+
+
+def test_the_parents_series_are_the_best_rate_per_kernel_with_the_size_as_step():
+    from runner.sweep.callback import SweepSummary, description, series_metrics
+
+    jobs = [_job("matmul_1", 64, 64, 64, 1.0), _job("matmul_1", 64, 64, 64, 3.0),
+            _job("matmul_1", 128, 128, 128, 2.0), _job("matmul_2", 64, 64, 64, 5.0),
+            _job("copy_1", 256, 256, 1, 40.0, operation="copy")]
+    summary = SweepSummary.of(jobs)
+    points = {(m.key, m.step): m.value for m in series_metrics(summary)}
+    assert points == {("gflops/matmul_1", 64): 3.0, ("gflops/matmul_1", 128): 2.0,
+                      ("gflops/matmul_2", 64): 5.0, ("gbps/copy_1", 256): 40.0}
+    text = description("sweep x: kernel=matmul_1,matmul_2", summary, 5, ["CPU"])
+    assert text.splitlines()[0].startswith("**sweep x: kernel=matmul_1,matmul_2**: 5 jobs on CPU")
+    assert "M where M, N, K differ" not in text  # every size here is square
+    assert "Best configuration per kernel and size:" in text
+
+
+def test_several_backends_get_a_series_each_and_odd_shapes_step_by_m():
+    from runner.sweep.callback import SweepSummary, description, series_metrics
+
+    jobs = [_job("matmul_2", 64, 64, 64, 1.0), _job("matmul_2", 64, 64, 64, 9.0, "cuda"),
+            _job("matmul_2", 33, 17, 9, 0.5)]
+    summary = SweepSummary.of(jobs)
+    points = {(m.key, m.step): m.value for m in series_metrics(summary)}
+    assert points == {("gflops/matmul_2/opencl", 64): 1.0, ("gflops/matmul_2/cuda", 64): 9.0,
+                      ("gflops/matmul_2/opencl", 33): 0.5}
+    assert "(M where M, N, K differ)" in description("s", summary, None, ["CPU"])
+
+
+@pytest.mark.parametrize("overrides, said", [
+    (["kernel=matmul_1,matmul_99", "size=16"], "Could not find 'kernel/matmul_99'"),
+    (["+experiment=sgemm_ladder", "shape=null", "size=96"], "set to null"),
+])
+def test_a_sweep_that_starts_no_job_is_one_line_and_records_nothing(tmp_path, overrides, said):
+    database = tmp_path / "mlflow.db"
+    done = subprocess.run([sys.executable, "-m", "runner", "-m", *QUICK, *overrides,
+                           f"tracking.uri=sqlite:///{database}"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("gemmlab: error: ") and said in lines[0], \
+        lines[-20:]
+    if database.exists():
+        with sqlite3.connect(database) as connection:
+            assert connection.execute("select count(*) from runs").fetchone() == (0,)

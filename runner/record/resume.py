@@ -18,13 +18,14 @@ from runner.errors import RunError
 from runner.run.operations import check_tolerance
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
+from runner.record import names
 
-KEY_TAG = "gemmlab.measurement_key"
-REUSED_TAG = "gemmlab.reused_from"
+KEY_TAG = names.MEASUREMENT_KEY
+REUSED_TAG = names.REUSED_FROM
 # Tags that describe the measurement itself, copied with its metrics.
-_COPIED_TAGS = ("device.name", "device.vendor", "device.platform", "device.driver",
-                "device.type", "device.compute_capability", "device.index", "timing.launches",
-                "check.method", "vendor.name")
+_COPIED_TAGS = (names.DEVICE_NAME, names.DEVICE_VENDOR, names.DEVICE_PLATFORM,
+                names.DEVICE_DRIVER, names.DEVICE_TYPE, names.DEVICE_COMPUTE_CAPABILITY,
+                names.DEVICE_INDEX, names.TIMING_LAUNCHES, names.CHECK_METHOD, names.VENDOR_NAME)
 
 
 def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:

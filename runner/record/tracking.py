@@ -18,6 +18,7 @@ from runner import __version__
 from runner.run.operations import check_tolerance
 from runner.config.paths import PACKAGE_DIR, checkout_root
 from runner.record.store import ensure_store
+from runner.record import names
 
 
 def _quiet_mlflow() -> None:
@@ -61,18 +62,19 @@ def comparable_params(cfg: DictConfig) -> dict[str, str]:
     """
     params = flatten(OmegaConf.to_container(cfg.backend, resolve=True, enum_to_str=True),
                      "backend.")
-    params["kernel.name"] = cfg.kernel.name
+    params[names.KERNEL_NAME] = cfg.kernel.name
     params.update(flatten(OmegaConf.to_container(cfg.kernel.params, resolve=True),
-                          "kernel.params."))
-    params["kernel.max_registers"] = "" if cfg.kernel.max_registers is None \
+                          names.KERNEL_PARAMS_PREFIX))
+    params[names.KERNEL_MAX_REGISTERS] = "" if cfg.kernel.max_registers is None \
         else str(cfg.kernel.max_registers)
-    params["kernel.spec_hash"] = spec_hash(cfg.kernel)
-    params.update({"M": str(cfg.m), "N": str(cfg.n), "K": str(cfg.k), "dtype": "float32",
-                   "seed": str(cfg.seed), "timing.warmup": str(cfg.timing.warmup),
-                   "timing.repeats": str(cfg.timing.repeats),
+    params[names.KERNEL_SPEC_HASH] = spec_hash(cfg.kernel)
+    params.update({names.M: str(cfg.m), names.N: str(cfg.n), names.K: str(cfg.k),
+                   "dtype": "float32",
+                   names.SEED: str(cfg.seed), names.TIMING_WARMUP: str(cfg.timing.warmup),
+                   names.TIMING_REPEATS: str(cfg.timing.repeats),
                    "timing.flush_l2": str(cfg.timing.flush_l2),
-                   "check.tolerance": str(check_tolerance(cfg)),
-                   "kernel.precision": _precision(cfg)})
+                   names.CHECK_TOLERANCE: str(check_tolerance(cfg)),
+                   names.KERNEL_PRECISION: _precision(cfg)})
     return params
 
 
@@ -110,7 +112,7 @@ def git_commit(package_dir: Path = PACKAGE_DIR) -> Optional[str]:
     return commit + ("-dirty" if dirty else "")
 
 
-HEADLINE_METRICS = ("perf/gflops", "bw/gbps", "perf/pct_of_vendor")
+HEADLINE_METRICS = (names.GFLOPS, names.GBPS, names.PCT_OF_VENDOR)
 
 
 class Recorder:
@@ -133,7 +135,7 @@ class Recorder:
         mlflow.set_experiment(tracking_cfg.experiment)
         tags = provenance_tags()
         if parent_run_id:
-            tags["mlflow.parentRunId"] = parent_run_id
+            tags[names.PARENT_RUN_ID] = parent_run_id
         self.run_name = run_name
         self.run = mlflow.start_run(run_name=run_name, tags=tags)
         self.run_id = self.run.info.run_id
@@ -180,14 +182,14 @@ class Recorder:
         KILLED with the reason (status `killed`: interrupted by a signal).
         The run name gets the status or the `headline` (the result in a few words)."""
         if failure is None:
-            self.tags({"gemmlab.status": status or "ok"})
+            self.tags({names.STATUS: status or "ok"})
         else:
-            self.tags({"gemmlab.status": status or "failed", "failure_reason": failure})
+            self.tags({names.STATUS: status or "failed", names.FAILURE_REASON: failure})
         outcome = headline if failure is None else (status or "failed")
         if status == "cached":
             outcome += " (cached)"
         if outcome:  # first, so that a narrow run-name column still shows it
-            self.tags({"mlflow.runName": f"{outcome} · {self.run_name}"[:250]})
+            self.tags({names.RUN_NAME: f"{outcome} · {self.run_name}"[:250]})
         try:
             self._flush()
         finally:
@@ -202,11 +204,22 @@ def _commit_of_this_process() -> Optional[str]:
 
 # MLflow 3's UI opens an experiment of unknown kind on its GenAI traces overview; this kind
 # opens it on the runs table, where the run names carry the rate and % of the vendor library.
-EXPERIMENT_KIND = {"mlflow.experimentKind": "custom_model_development"}
+EXPERIMENT_KIND = {names.EXPERIMENT_KIND: "custom_model_development"}
+
+
+def artifact_location(uri: str) -> Optional[str]:
+    """Where a new experiment of a sqlite store keeps its artifacts: `mlartifacts/` beside the
+    database file, so that copying the store's folder keeps them (MLflow's default is ./mlruns
+    of whatever directory the command ran in). None for other stores (a server decides)."""
+    if not uri.startswith("sqlite:///") or uri in ("sqlite:///", "sqlite:///:memory:"):
+        return None
+    database = Path(uri[len("sqlite:///"):].split("?", 1)[0])
+    return (database.resolve().parent / "mlartifacts").as_uri()
 
 
 def experiment_for(uri: str, name: str) -> str:
-    """The id of the experiment `name`, created (as a runs experiment) when it does not exist."""
+    """The id of the experiment `name`, created (as a runs experiment, its artifacts beside a
+    sqlite store) when it does not exist."""
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
@@ -215,16 +228,17 @@ def experiment_for(uri: str, name: str) -> str:
     if experiment is not None:
         return experiment.experiment_id
     try:
-        return client.create_experiment(name, tags=EXPERIMENT_KIND)
+        return client.create_experiment(name, artifact_location=artifact_location(uri),
+                                         tags=EXPERIMENT_KIND)
     except MlflowException:  # a parallel job created it first
         return client.get_experiment_by_name(name).experiment_id
 
 
 def provenance_tags() -> dict[str, str]:
     """Runner version, commit and the command as typed (for a sweep, the sweep's command)."""
-    tags = {"gemmlab.runner_version": __version__,
-            "gemmlab.command": "python -m runner " + " ".join(sys.argv[1:])}
+    tags = {names.RUNNER_VERSION: __version__,
+            names.COMMAND: "python -m runner " + " ".join(sys.argv[1:])}
     commit = _commit_of_this_process()
     if commit:
-        tags["gemmlab.git_commit"] = commit
+        tags[names.GIT_COMMIT] = commit
     return tags

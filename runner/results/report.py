@@ -1,7 +1,11 @@
 """Results pages built from MLflow records, never from stdout: a Markdown page and PNG plots.
 
-    python -m runner.report --experiment sgemm_ladder [--uri sqlite:///mlflow.db] [--out docs/benchmarks]
-    python -m runner.report --sweep <parent id or name> [--backend cuda] [--device H200] [--name x]
+    python -m runner.report                      # the latest sweep in ./mlflow.db
+    python -m runner.report --experiment sgemm_ladder [--uri sqlite:///mlflow.db] [--out pages]
+    python -m runner.report --sweep <parent id, short id or name> [--backend cuda] [--device H200]
+
+Pages go to ./gemmlab-pages/ (printed) unless `--out` names a folder; the project's own pages
+in docs/ are rewritten only when `--out docs/…` is given.
 
 For each backend and device: the latest finished run of every kernel and size, with its rate,
 % of the vendor library in the same run, registers, spills, shared memory and error; failed and
@@ -37,84 +41,11 @@ from runner.results.records import rate as _rate  # noqa: E402
 from runner.results.records import size_label as _size_label  # noqa: E402
 from runner.results.records import status  # noqa: E402
 from runner.results.records import vendor_rate as _vendor_rate  # noqa: E402
+from runner.record import names  # noqa: E402
+from runner.results import runs as recorded  # noqa: E402
+from runner.results.runs import MEASURED, as_read_from, provenance  # noqa: E402,F401
 
-SWEEP_TAG = "gemmlab.sweep"
-PARENT_TAG = "mlflow.parentRunId"
 STATUSES = ("ok", "refused", "failed", "cached")
-MEASURED = ("ok", "cached")  # runs whose metrics are a measurement (cached: copied from one)
-
-
-# ---------------------------------------------------------------- reading runs from MLflow
-
-def _client(uri: str):
-    from mlflow.tracking import MlflowClient
-
-    return MlflowClient(tracking_uri=uri)
-
-
-def _search(client, experiment_ids: list[str], filter_string: str = "") -> list:
-    """Every matching run (all pages), newest first."""
-    runs, token = [], None
-    while True:
-        page = client.search_runs(experiment_ids, filter_string, max_results=1000,
-                                  order_by=["attributes.start_time DESC"], page_token=token)
-        runs += list(page)
-        token = page.token
-        if not token:
-            return runs
-
-
-def _experiment_ids(client, experiment: Optional[str]) -> list[str]:
-    if experiment is None:
-        return [e.experiment_id for e in client.search_experiments()]
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise SystemExit(f"no experiment {experiment!r}")
-    return [found.experiment_id]
-
-
-def find_sweep(client, sweep: str, experiment_ids: list[str]):
-    """The parent run named by id, else by run name (the newest sweep of that name)."""
-    try:
-        parent = client.get_run(sweep)
-        if parent.info.experiment_id in experiment_ids:
-            return parent
-    except Exception:  # not a run id: a run name
-        pass
-    quoted = sweep.replace("'", "\\'")
-    named = _search(client, experiment_ids, f"attributes.run_name = '{quoted}'")
-    sweeps = [r for r in named if r.data.tags.get(SWEEP_TAG) == "true"] or named
-    if not sweeps:
-        raise SystemExit(f"no sweep with run id or name {sweep!r}")
-    return sweeps[0]
-
-
-def load_runs(uri: str, experiment: Optional[str] = None, sweep: Optional[str] = None) -> list:
-    """The runs of an experiment, or the children of one sweep (in every experiment unless an
-    experiment is named), newest first; sweep parents themselves are never data."""
-    client = _client(uri)
-    experiment_ids = _experiment_ids(client, experiment)
-    if sweep is not None:
-        parent = find_sweep(client, sweep, experiment_ids)
-        runs = _search(client, experiment_ids, f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
-        where = f"sweep {parent.info.run_name!r} ({parent.info.run_id})"
-    else:
-        runs = _search(client, experiment_ids)
-        where = f"experiment {experiment!r}"
-    runs = [r for r in runs if r.data.tags.get(SWEEP_TAG) != "true"]
-    if not runs:
-        raise SystemExit(f"no runs in {where} at {uri}")
-    return runs
-
-
-def select(runs: list, backend: Optional[str] = None, device: Optional[str] = None) -> list:
-    """Runs of one backend (exact name) and/or whose device.name contains `device` (any case).
-    Runs refused before a device was opened carry no device name and drop out under --device."""
-    if backend is not None:
-        runs = [r for r in runs if r.data.params.get("backend.name") == backend]
-    if device is not None:
-        runs = [r for r in runs if device.lower() in r.data.tags.get("device.name", "").lower()]
-    return runs
 
 
 # ---------------------------------------------------------------- tables
@@ -149,8 +80,8 @@ def latest_per_cell(runs, best: bool = False) -> dict:
         if status(run) not in MEASURED:
             continue
         params = run.data.params
-        key = (params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
-        cell = (params.get("kernel.name", "?"), _size_label(run))
+        key = (params.get(names.BACKEND_NAME, "?"), run.data.tags.get(names.DEVICE_NAME, "?"))
+        cell = (params.get(names.KERNEL_NAME, "?"), _size_label(run))
         held = table[key].get(cell)
         if held is None or (best and (_rate(run) or 0) > (_rate(held) or 0)):
             table[key][cell] = run
@@ -166,12 +97,13 @@ def failures(runs) -> list[str]:
             continue
         params = run.data.params
         tiling = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(params.items())
-                           if k.startswith("kernel.params."))
-        key = (params.get("backend.name"), params.get("kernel.name"), _size_label(run), tiling)
+                           if k.startswith(names.KERNEL_PARAMS_PREFIX))
+        key = (params.get(names.BACKEND_NAME), params.get(names.KERNEL_NAME), _size_label(run),
+               tiling)
         if key in seen:
             continue
         seen.add(key)
-        reason = run.data.tags.get("failure_reason", run.info.status)
+        reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
         lines.append(f"- {key[0]} · {key[1]} at {key[2]} ({tiling}): {state}: {reason}")
     return lines
 
@@ -180,12 +112,12 @@ def sweep_lines(runs, uri: str) -> list[str]:
     """One line per sweep (parent run) behind the runs: its name, id and children's counts."""
     children = defaultdict(list)
     for run in runs:
-        parent = run.data.tags.get(PARENT_TAG)
+        parent = run.data.tags.get(names.PARENT_RUN_ID)
         if parent:
             children[parent].append(run)
     if not children:
         return []
-    client = _client(uri)
+    client = recorded.client(uri)
     lines = []
     for parent_id, kids in sorted(children.items(), key=lambda c: -min(r.info.start_time
                                                                        for r in c[1])):
@@ -228,17 +160,9 @@ def summary_table(table: dict) -> list[str]:
                 continue
             m = run.data.metrics
             row.append(f"{_fmt_rate(_rate(run))} "
-                       f"({_fmt(m.get('perf/pct_of_vendor'), '.0f')}%)")
+                       f"({_fmt(m.get(names.PCT_OF_VENDOR), '.0f')}%)")
         lines.append(f"| {kernel} | " + " | ".join(row) + " |")
     return lines + [""]
-
-
-def as_read_from(command: str, uri: str) -> str:
-    """The recorded command with its store override replaced by the store the page was read
-    from: a sweep run elsewhere (a GPU machine, a scratch folder) and copied here recorded an
-    absolute path that means nothing to a reader, who reruns it against the page's store."""
-    return re.sub(r"(?<!\S)(\+{0,2})tracking\.uri=\S+",
-                  lambda found: f"{found.group(1)}tracking.uri={uri}", command)
 
 
 def render_markdown(title: str, uri: str, table: dict, failed: list[str],
@@ -257,20 +181,8 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
     for caption, name in images or []:
         lines += [f"![{caption}]({name})", ""]
     for (backend, device), cells in sorted(table.items()):
-        sample = next(iter(cells.values()))
-        tags = sample.data.tags
-        started = dt.datetime.fromtimestamp(sample.info.start_time / 1000, dt.timezone.utc)
-        commands = sorted({as_read_from(r.data.tags.get("gemmlab.command", "?"), uri)
-                           for r in cells.values()})
         lines += [f"## {backend} on {device}", "",
-                  f"- driver: {tags.get('device.driver', '?')}",
-                  f"- platform: {tags.get('device.platform', '?')}",
-                  f"- vendor baseline: {tags.get('vendor.name', 'none')}",
-                  f"- date (UTC): {started:%Y-%m-%d %H:%M}",
-                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit(s) "
-                  + ", ".join(sorted({r.data.tags.get("gemmlab.git_commit", "?")
-                                      for r in cells.values()})),
-                  "- command(s):", *[f"  - `{c}`" for c in commands], ""]
+                  *provenance(list(cells.values()), uri, commands_label="command(s)"), ""]
         units = {_unit(_is_gemm(r)) for r in cells.values()}
         rate = units.pop() if len(units) == 1 else "rate"
         lines += [f"| step | size | {rate} | vendor {rate} | % of vendor | time ms (median) | "
@@ -279,18 +191,18 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
         for (kernel, size), run in sorted(cells.items(),
                                           key=lambda c: (_step_key(c[0][0]), _size_key(c[0][1]))):
             m = run.data.metrics
-            error = "exact" if not _is_gemm(run) else _fmt(m.get("check/rel_error"), ".1e")
+            error = "exact" if not _is_gemm(run) else _fmt(m.get(names.CHECK_REL_ERROR), ".1e")
             step = kernel
             if status(run) == "cached":
-                step += f" (cached from `{run.data.tags.get('gemmlab.reused_from', '?')[:8]}`)"
+                step += f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`)"
             lines.append(
                 f"| {step} | {size} | {_fmt_rate(_rate(run))} | "
                 f"{_fmt_rate(_vendor_rate(run))} | "
-                f"{_fmt(m.get('perf/pct_of_vendor'), '.1f')} | "
-                f"{_fmt(m.get('time_ms/median'), '.4f')} | "
-                f"{_fmt(m.get('kernel/registers'), '.0f')} | "
-                f"{_fmt(m.get('kernel/spill_bytes'), '.0f')} | "
-                f"{_fmt(m.get('kernel/shared_bytes'), '.0f')} | {error} |")
+                f"{_fmt(m.get(names.PCT_OF_VENDOR), '.1f')} | "
+                f"{_fmt(m.get(names.TIME_MS_MEDIAN), '.4f')} | "
+                f"{_fmt(m.get(names.REGISTERS), '.0f')} | "
+                f"{_fmt(m.get(names.SPILL_BYTES), '.0f')} | "
+                f"{_fmt(m.get(names.SHARED_BYTES), '.0f')} | {error} |")
         lines.append("")
     if failed:
         lines += ["## Failed runs", "",
@@ -348,7 +260,8 @@ def _save(fig, path: Path) -> Path:
 def _x_of(run) -> tuple[float, bool]:
     """A size's place on the x axis and whether it is square (M = N = K, or M = N)."""
     p = run.data.params
-    dims = [int(p.get(d, 0) or 0) for d in (("M", "N", "K") if _is_gemm(run) else ("M", "N"))]
+    dims = [int(p.get(d, 0) or 0)
+            for d in ((names.M, names.N, names.K) if _is_gemm(run) else (names.M, names.N))]
     product = 1
     for d in dims:
         product *= d
@@ -379,7 +292,7 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
                 series[kernel].append((x, _rate(run), is_square))
             if _vendor_rate(run):
                 vendor[x].append(_vendor_rate(run))
-                vendor_name = vendor_name or run.data.tags.get("vendor.name")
+                vendor_name = vendor_name or run.data.tags.get(names.VENDOR_NAME)
                 if not is_square:
                     odd_vendor.add(x)
         # Lines join the square sizes; a shape that is not square (4097x4095x4093 next to 4096)
@@ -470,7 +383,7 @@ def _thousands(ax):
 
 
 def _pct(run) -> str:
-    pct = run.data.metrics.get("perf/pct_of_vendor")
+    pct = run.data.metrics.get(names.PCT_OF_VENDOR)
     return "" if pct is None else f"{pct:.0f}%"
 
 
@@ -493,7 +406,7 @@ def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
         top = max([_rate(runs[k]) for k in kernels] + vendor)
         _bar_labels(ax, bars, [_pct(runs[k]) for k in kernels], inside_above=0.12 * top)
         if vendor:
-            name = runs[kernels[0]].data.tags.get("vendor.name", "vendor")
+            name = runs[kernels[0]].data.tags.get(names.VENDOR_NAME, "vendor")
             ax.axhline(_median(vendor), color="k", linestyle="--", linewidth=1.5)
             # Named just above the line at the left, where a ladder's first bars are low.
             ax.annotate(f"{name if is_gemm else 'device copy'}: {_fmt_rate(_median(vendor))}",
@@ -523,7 +436,7 @@ def _resource_runs(cells: dict) -> dict:
 def plot_resources(title: str, table: dict, path: Path) -> Optional[Path]:
     """Registers and spill bytes per step, a bar per backend and device; absent is 'n/a'."""
     groups = {key: _resource_runs(cells) for key, cells in sorted(table.items())}
-    metrics = ("kernel/registers", "kernel/spill_bytes")
+    metrics = (names.REGISTERS, names.SPILL_BYTES)
     if not any(r.data.metrics.get(m) is not None
                for runs in groups.values() for r in runs.values() for m in metrics):
         return None
@@ -629,7 +542,7 @@ def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optio
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = _stem(name or title)
-    runs = sorted((r for r in runs if r.data.tags.get(SWEEP_TAG) != "true"),
+    runs = sorted((r for r in runs if r.data.tags.get(names.SWEEP) != "true"),
                   key=lambda r: -r.info.start_time)
     table = latest_per_cell(runs, best=best)
     images = []
@@ -647,31 +560,42 @@ def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optio
 
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", help="MLflow experiment name (required without --sweep)")
-    parser.add_argument("--sweep", help="a sweep's parent run id or run name: only its children")
+    parser.add_argument("--experiment", help="MLflow experiment name (without it and --sweep: "
+                                             "the latest sweep)")
+    parser.add_argument("--sweep", help="a sweep's parent run id, its first characters (as "
+                                        "pages name it) or its run name: only its children")
     parser.add_argument("--backend", help="only this backend (opencl, cuda)")
     parser.add_argument("--device", help="only devices whose name contains this (any case)")
     parser.add_argument("--name", help="page and file stem (default: the experiment's name, "
                                        "or sweep-<first 8 characters of the sweep's id>)")
-    parser.add_argument("--uri", default="sqlite:///mlflow.db", help="MLflow tracking URI")
-    parser.add_argument("--out", default="docs/benchmarks", help="folder for the page and plots")
+    parser.add_argument("--uri", default=recorded.DEFAULT_URI, help="MLflow tracking URI")
+    parser.add_argument("--out", help=f"folder for the page and plots (default: "
+                                      f"./{recorded.DEFAULT_OUT}; docs/ only when named here)")
     args = parser.parse_args(argv)
-    if args.experiment is None and args.sweep is None:
-        parser.error("give --experiment, --sweep or both")
-    title, name, sweep = args.experiment, args.name, None
+    title, name, parent = args.experiment, args.name, None
+    client = recorded.client(args.uri)
     if args.sweep is not None:
-        client = _client(args.uri)
-        parent = find_sweep(client, args.sweep, _experiment_ids(client, args.experiment))
+        parent = recorded.find_sweep(client, args.sweep,
+                                     recorded.experiment_ids(client, args.experiment))
+    elif args.experiment is None:  # the latest sweep in the store
+        parent = recorded.latest_sweep(client, recorded.experiment_ids(client, None))
+        if parent is None:
+            raise recorded.NoRuns(f"no sweep in {args.uri}: give --experiment, or run a sweep "
+                                  "(python -m runner -m …)")
+    sweep = None
+    if parent is not None:
         sweep = parent.info.run_id
         title = parent.info.run_name or sweep
         name = name or f"sweep-{sweep[:8]}"
-    runs = select(load_runs(args.uri, args.experiment, sweep), args.backend, args.device)
+    runs = recorded.select(recorded.load_runs(args.uri, args.experiment, sweep), args.backend,
+                           args.device)
     if not runs:
-        raise SystemExit("no runs match --backend/--device")
+        raise recorded.NoRuns("no runs match --backend/--device")
     command = "python -m runner.report " + shlex.join(argv if argv is not None else sys.argv[1:])
-    files = build_report(runs, title, Path(args.out), args.uri, name=name or args.experiment,
+    out = recorded.out_folder(args.out)
+    files = build_report(runs, title, out, args.uri, name=name or args.experiment,
                          command=command)
-    print("wrote " + ", ".join(str(f) for f in files))
+    print(f"wrote {out}/: " + ", ".join(f.name for f in files))
     return files
 
 

@@ -1,6 +1,7 @@
 """The seeds' published tables next to the same rows measured here: one page per table.
 
     python -m runner.seed_tables <table>|all [--uri sqlite:///mlflow.db] [--out docs/seeds]
+                                 (pages go to ./gemmlab-pages unless --out names a folder)
                                  [--backend cuda] [--device H200]
     python -m runner.seed_tables --write-configs
 
@@ -38,7 +39,9 @@ from runner.results.records import is_gemm as _is_gemm
 from runner.results.records import rate as _rate
 from runner.results.records import status
 from runner.results.records import vendor_rate as _vendor_rate
-from runner.results.report import MEASURED, load_runs, select
+from runner.results import runs as recorded
+from runner.results.runs import MEASURED
+from runner.record import names
 
 TABLES_DIR = CONF_DIR / "seeds"
 ROWS_DIR = CONF_DIR / "seed_row"
@@ -191,15 +194,16 @@ def write_configs() -> list[Path]:
 def _run_size(run) -> Optional[int]:
     """The square size of a run (M = N, and K too for SGEMM), else None."""
     p = run.data.params
-    dims = {p.get("M"), p.get("N")} | ({p.get("K")} if _is_gemm(run) else set())
+    dims = {p.get(names.M), p.get(names.N)} | ({p.get(names.K)} if _is_gemm(run) else set())
     return int(dims.pop()) if len(dims) == 1 and None not in dims else None
 
 
 def _row_of(run, table: Table, params_of: dict) -> Optional[Row]:
     p = run.data.params
-    tiling = {k[len("kernel.params."):]: v for k, v in p.items() if k.startswith("kernel.params.")}
+    prefix = names.KERNEL_PARAMS_PREFIX
+    tiling = {k[len(prefix):]: v for k, v in p.items() if k.startswith(prefix)}
     for row in table.rows:
-        if p.get("kernel.name") == row.kernel and tiling == params_of[row.id]:
+        if p.get(names.KERNEL_NAME) == row.kernel and tiling == params_of[row.id]:
             return row
     return None
 
@@ -222,10 +226,10 @@ def match_runs(table: Table, runs: list) -> Matched:
         if row is None or size is None:
             unmatched += 1
             continue
-        backend = run.data.params.get("backend.name", "?")
+        backend = run.data.params.get(names.BACKEND_NAME, "?")
         state = status(run)
         if state in MEASURED and _rate(run) is not None:
-            key = (row.id, size, (backend, run.data.tags.get("device.name", "?")))
+            key = (row.id, size, (backend, run.data.tags.get(names.DEVICE_NAME, "?")))
             cells.setdefault(key, run)
         elif state in ("failed", "refused"):
             failed.setdefault((row.id, size, backend), run)
@@ -266,7 +270,7 @@ def our_pct(table: Table, matched: Matched, row: Row, size: int, group) -> Optio
     if table.reference_row:
         reference = matched.cells.get((table.reference_row, size, group))
         return 100.0 * _rate(run) / _rate(reference) if reference and _rate(reference) else None
-    return run.data.metrics.get("perf/pct_of_vendor")
+    return run.data.metrics.get(names.PCT_OF_VENDOR)
 
 
 def _fmt_rate(value: Optional[float]) -> str:
@@ -302,6 +306,10 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
     ours = [(g, s) for g in matched.groups for s in matched.sizes
             if any((r.id, s, g) in matched.cells for r in table.rows)]
     ref = f"% of {table.reference['label']}"
+    vendors = recorded.vendor_names(list(matched.cells.values()))
+    # Ours is % of the vendor library the runs timed beside each kernel (numpy on a CPU, not
+    # the published cuBLAS), or of the table's reference row measured in the same sweep.
+    our_ref = ref if table.reference_row or not vendors else f"% of {', '.join(vendors)}"
     source = table.source
     lines = [f"# {table.title}, reproduced", "",
              f"Published: `{source['document']}` — {source['what']}.", ""]
@@ -326,7 +334,7 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
     # The table: published columns, then ours.
     head = ["seed row", "ours"]
     head += [f"{_published_label(c)}: {table.unit} ({ref})" for c in table.columns]
-    head += [f"{_our_label(g, s)}: {table.unit} ({ref}"
+    head += [f"{_our_label(g, s)}: {table.unit} ({our_ref}"
              + ("; % of device copy)" if table.reference_row else ")") for g, s in ours]
     if not table.columns:
         head.insert(2, "published")
@@ -352,7 +360,7 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
                 continue
             cell = f"{_fmt_rate(_rate(run))} ({_fmt_pct(our_pct(table, matched, row, size, group))}"
             if table.reference_row:
-                cell += f"; {_fmt_pct(run.data.metrics.get('perf/pct_of_vendor'))}"
+                cell += f"; {_fmt_pct(run.data.metrics.get(names.PCT_OF_VENDOR))}"
             cells.append(cell + ")")
         if not table.columns:
             cells.insert(2, "no figures in the seed")
@@ -367,7 +375,8 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
         vendor_cells.append(f"{_fmt_rate(rates[len(rates) // 2])} (median of its runs)"
                             if rates else "—")
     if any(c != "—" for c in vendor_cells):
-        name = "vendor SGEMM" if table.unit == "GFLOPS" else "device copy"
+        name = (", ".join(vendors) or "vendor SGEMM") if table.unit == "GFLOPS" \
+            else "device copy"
         blank = "— | — | " if not table.columns else "— | "
         lines.append(f"| {name} | {blank}" + " | ".join(vendor_cells) + " |")
     lines.append("")
@@ -381,28 +390,16 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
     # Where and how ours was measured.
     for group in matched.groups:
         runs = [r for (_, _, g), r in matched.cells.items() if g == group]
-        newest = max(runs, key=lambda r: r.info.start_time)
-        tags = newest.data.tags
-        when = dt.datetime.fromtimestamp(newest.info.start_time / 1000, dt.timezone.utc)
-        commands = sorted({r.data.tags.get("gemmlab.command", "?") for r in runs})
-        commits = sorted({r.data.tags.get("gemmlab.git_commit", "?") for r in runs})
-        timing = sorted({f"{r.data.params.get('timing.warmup')} warm-up, "
-                         f"{r.data.params.get('timing.repeats')} timed" for r in runs})
+        timing = sorted({f"{r.data.params.get(names.TIMING_WARMUP)} warm-up, "
+                         f"{r.data.params.get(names.TIMING_REPEATS)} timed" for r in runs})
         lines += [f"## Ours: {group[0]} on {group[1]}", "",
-                  f"- device: {group[1]}",
-                  f"- driver: {tags.get('device.driver', '?')}",
-                  f"- platform: {tags.get('device.platform', '?')}",
-                  f"- vendor baseline: {tags.get('vendor.name', 'none')}",
-                  f"- date (UTC) of the newest run: {when:%Y-%m-%d %H:%M}",
-                  f"- runner: {tags.get('gemmlab.runner_version', '?')}, commit(s) "
-                  + ", ".join(commits),
-                  f"- timing: {', '.join(timing)} launches (median shown)",
-                  "- measured by:", *[f"  - `{c}`" for c in commands], ""]
+                  *recorded.provenance(runs, uri, extra=(
+                      f"- timing: {', '.join(timing)} launches (median shown)",)), ""]
     if matched.failures:
         lines += ["## Rows without a measurement", "",
                   "Recorded in MLflow with their reason and never timed:", ""]
         for (row_id, size, backend), run in sorted(matched.failures.items()):
-            reason = run.data.tags.get("failure_reason", run.info.status)
+            reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
             lines.append(f"- {table.row(row_id).seed} → `{table.row(row_id).kernel}` at {size}, "
                          f"{backend}: {status(run)}: {reason}")
         lines.append("")
@@ -449,7 +446,11 @@ def plot_table(table: Table, matched: Matched, path: Path) -> Optional[Path]:
     ax.set_xticks(range(count))
     ax.set_xticklabels([r.id for r in table.rows], rotation=25 if count > 3 else 0,
                        ha="right" if count > 3 else "center", fontsize=8)
-    ax.set_ylabel(f"% of {table.reference['label']} (same device and size)")
+    vendors = recorded.vendor_names(list(matched.cells.values()))
+    label = table.reference["label"]
+    if not table.reference_row and vendors and vendors != [label]:
+        label = f"the vendor library ({label} published; ours: {', '.join(vendors)})"
+    ax.set_ylabel(textwrap.fill(f"% of {label} (same device and size)", 60))
     ax.grid(True, axis="y", alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), borderaxespad=0)
     what = ("published (hatched) and ours" if table.columns
@@ -472,19 +473,27 @@ def build_page(table: Table, runs: list, out_dir: Path, uri: str, command: str) 
 
 
 def _runs(table: Table, uri: str, backend: Optional[str], device: Optional[str]) -> list:
+    """The table's runs; none (no store, no experiment, nothing on that backend or device) is
+    an error that says how to measure, never a page with an empty table."""
+    how = (f"measure with `python -m runner -m +experiment={table.experiment} backend=cuda` "
+           "(or backend=opencl)")
     try:
-        runs = load_runs(uri, table.experiment)
-    except SystemExit:  # no experiment or no runs yet: the page says how to measure
-        return []
-    return select(runs, backend, device)
+        runs = recorded.select(recorded.load_runs(uri, table.experiment), backend, device)
+    except recorded.NoRuns as error:
+        raise recorded.NoRuns(f"{str(error.code).removeprefix('gemmlab: error: ')}; {how}")
+    if not runs:
+        raise recorded.NoRuns(f"no runs of {table.experiment} match --backend/--device in {uri}")
+    return runs
 
 
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("table", nargs="?",
                         help=f"one of {', '.join(table_names())}, or all")
-    parser.add_argument("--uri", default="sqlite:///mlflow.db", help="MLflow tracking URI")
-    parser.add_argument("--out", default="docs/seeds", help="folder for the pages and plots")
+    parser.add_argument("--uri", default=recorded.DEFAULT_URI, help="MLflow tracking URI")
+    parser.add_argument("--out", help=f"folder for the pages and plots (default: "
+                                      f"./{recorded.DEFAULT_OUT}; the project's docs/seeds only "
+                                      "when named here)")
     parser.add_argument("--backend", help="only this backend (opencl, cuda)")
     parser.add_argument("--device", help="only devices whose name contains this (any case)")
     parser.add_argument("--write-configs", action="store_true",
@@ -500,12 +509,20 @@ def main(argv=None) -> list[Path]:
     names = table_names() if args.table == "all" else [args.table]
     command = "python -m runner.seed_tables " + shlex.join(
         argv if argv is not None else sys.argv[1:])
-    files = []
+    files, out = [], recorded.out_folder(args.out)
     for name in names:
         table = load_table(name)
-        files += build_page(table, _runs(table, args.uri, args.backend, args.device),
-                            Path(args.out), args.uri, command)
-    print("wrote " + ", ".join(str(f) for f in files))
+        try:
+            runs = _runs(table, args.uri, args.backend, args.device)
+        except recorded.NoRuns as error:
+            if len(names) == 1:
+                raise
+            print(f"skipped {name}: {str(error.code).removeprefix('gemmlab: error: ')}")
+            continue
+        files += build_page(table, runs, out, args.uri, command)
+    if not files:
+        raise recorded.NoRuns(f"no seed table has runs in {args.uri}")
+    print(f"wrote {out}/: " + ", ".join(f.name for f in files))
     return files
 
 

@@ -1,6 +1,6 @@
 """The autotuner against the grid: how many Optuna trials reach the grid's best, from MLflow.
 
-    python -m runner.tuning --experiment matmul_9_tuning [--uri sqlite:///mlflow.db] [--out docs/benchmarks]
+    python -m runner.tuning --experiment matmul_9_tuning [--uri sqlite:///mlflow.db] [--out pages]
 
 Reads the newest Optuna sweep and the newest grid sweep (Hydra's basic sweeper) of the
 experiment, both recorded as parent runs with their jobs as children, and writes a page and a
@@ -19,20 +19,21 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from runner.results.records import rate as _rate, status, tiling as _tiling  # noqa: E402
-from runner.results.report import PARENT_TAG, SWEEP_TAG, _client, _search  # noqa: E402
+from runner.results import runs as recorded  # noqa: E402
+from runner.record import names
 
 
 def newest_sweep(client, experiment_id: str, sweeper: str):
-    parents = _search(client, [experiment_id], f"tags.`{SWEEP_TAG}` = 'true' and "
-                                               f"tags.`gemmlab.sweep.sweeper` = '{sweeper}'")
+    parents = recorded.search(client, [experiment_id], f"tags.`{names.SWEEP}` = 'true' and "
+                              f"tags.`{names.SWEEP_SWEEPER}` = '{sweeper}'")
     if not parents:
-        raise SystemExit(f"no {sweeper} sweep in experiment {experiment_id}")
+        raise recorded.NoRuns(f"no {sweeper} sweep in experiment {experiment_id}")
     return parents[0]
 
 
 def trials_in_order(client, parent) -> list:
-    runs = _search(client, [parent.info.experiment_id],
-                   f"tags.`{PARENT_TAG}` = '{parent.info.run_id}'")
+    runs = recorded.search(client, [parent.info.experiment_id],
+                           f"tags.`{names.PARENT_RUN_ID}` = '{parent.info.run_id}'")
     return sorted(runs, key=lambda run: run.info.start_time)
 
 
@@ -47,24 +48,22 @@ def best_so_far(trials: list) -> list[Optional[float]]:
 
 
 def compare(uri: str, experiment: str, out: Path) -> list[Path]:
-    client = _client(uri)
-    found = client.get_experiment_by_name(experiment)
-    if found is None:
-        raise SystemExit(f"no experiment {experiment!r} at {uri}")
-    search = newest_sweep(client, found.experiment_id, "OptunaSweeper")
-    grid = newest_sweep(client, found.experiment_id, "BasicSweeper")
+    client = recorded.client(uri)
+    (experiment_id,) = recorded.experiment_ids(client, experiment)
+    search = newest_sweep(client, experiment_id, "OptunaSweeper")
+    grid = newest_sweep(client, experiment_id, "BasicSweeper")
     trials, points = trials_in_order(client, search), trials_in_order(client, grid)
     measured = [run for run in points if status(run) in ("ok", "cached") and _rate(run)]
     if not measured:
-        raise SystemExit("the grid sweep has no measured point")
+        raise recorded.NoRuns("the grid sweep has no measured point")
     grid_best = max(measured, key=_rate)
     curve = best_so_far(trials)
     reached = next((i + 1 for i, best in enumerate(curve)
                     if best is not None and best >= _rate(grid_best)), None)
     search_best = max((t for t in trials if status(t) in ("ok", "cached") and _rate(t)),
                       key=_rate, default=None)
-    unit = "GFLOPS" if "perf/gflops" in grid_best.data.metrics else "GB/s"
-    device = grid_best.data.tags.get("device.name", "?")
+    unit = "GFLOPS" if names.GFLOPS in grid_best.data.metrics else "GB/s"
+    device = grid_best.data.tags.get(names.DEVICE_NAME, "?")
     refused = sum(status(run) == "refused" for run in points)
 
     out.mkdir(parents=True, exist_ok=True)
@@ -92,31 +91,30 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     fig.savefig(image, dpi=110)
     plt.close(fig)
 
-    size = f"{grid_best.data.params.get('M')}x{grid_best.data.params.get('N')}x" \
-           f"{grid_best.data.params.get('K')}"
-    tags = grid_best.data.tags
+    size = f"{grid_best.data.params.get(names.M)}x{grid_best.data.params.get(names.N)}x" \
+           f"{grid_best.data.params.get(names.K)}"
     lines = [
         f"# Autotuning against the grid: {experiment}", "",
         f"Generated on {dt.date.today().isoformat()} by `python -m runner.tuning --experiment "
         f"{experiment}` from the sweeps recorded in `{uri}`.", "",
-        f"- device: {device}, driver {tags.get('device.driver', '?')}",
-        f"- kernel {grid_best.data.params.get('kernel.name')} at {size}, backend "
-        f"{grid_best.data.params.get('backend.name')}, runner "
-        f"{tags.get('gemmlab.runner_version', '?')} commit {tags.get('gemmlab.git_commit', '?')}",
+        *recorded.provenance([grid_best], uri, extra=(
+            f"- kernel {grid_best.data.params.get(names.KERNEL_NAME)} at {size}, backend "
+            f"{grid_best.data.params.get(names.BACKEND_NAME)}",), commands_label="grid's best by"),
         f"- grid: parent run `{grid.info.run_id}`, {len(points)} points ({len(measured)} "
         f"measured, {refused} refused by the constraints), "
-        f"`{grid.data.tags.get('gemmlab.command', '?')}`",
+        f"`{grid.data.tags.get(names.COMMAND, '?')}`",
         f"- search: parent run `{search.info.run_id}`, {len(trials)} trials "
         f"({len(scored)} measured, {sum(status(t) == 'refused' for t in trials)} refused by "
         f"the constraints, each in a fraction of a second), "
-        f"`{search.data.tags.get('gemmlab.command', '?')}`", "",
+        f"`{search.data.tags.get(names.COMMAND, '?')}`", "",
         "| | configuration | rate | % of vendor |", "| --- | --- | ---: | ---: |",
         f"| grid's best | {_tiling(grid_best)} | {_rate(grid_best):,.0f} {unit} | "
-        f"{grid_best.data.metrics.get('perf/pct_of_vendor', float('nan')):.1f} |",
+        f"{grid_best.data.metrics.get(names.PCT_OF_VENDOR, float('nan')):.1f} |",
     ]
     if search_best is not None:
         lines.append(f"| search's best | {_tiling(search_best)} | {_rate(search_best):,.0f} "
-                     f"{unit} | {search_best.data.metrics.get('perf/pct_of_vendor', float('nan')):.1f} |")
+                     f"{unit} | "
+                     f"{search_best.data.metrics.get(names.PCT_OF_VENDOR, float('nan')):.1f} |")
     lines += ["", (f"The search reached the grid's best (or better) at trial **{reached}** of "
                    f"{len(trials)}, against the grid's {len(points)} points."
                    if reached else
@@ -132,11 +130,13 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
 def main(argv=None) -> list[Path]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", required=True)
-    parser.add_argument("--uri", default="sqlite:///mlflow.db")
-    parser.add_argument("--out", default="docs/benchmarks")
+    parser.add_argument("--uri", default=recorded.DEFAULT_URI)
+    parser.add_argument("--out", help=f"folder for the page and plot (default: "
+                                      f"./{recorded.DEFAULT_OUT}; docs/ only when named here)")
     args = parser.parse_args(argv)
-    written = compare(args.uri, args.experiment, Path(args.out))
-    print("wrote " + " and ".join(str(p) for p in written))
+    out = recorded.out_folder(args.out)
+    written = compare(args.uri, args.experiment, out)
+    print(f"wrote {out}/: " + " and ".join(p.name for p in written))
     return written
 
 

@@ -7,6 +7,12 @@ environment (inherited by joblib's workers and submitit's jobs alike), shows a p
 by the children MLflow has recorded (whichever launcher runs them), and at the end logs the
 sweep's summary table, counts with reasons and plots on the parent and prints the best
 configuration per kernel and size. Single runs never see any of this.
+
+What the parent carries for MLflow's UI: its name says what was swept; its description starts
+with that and where the report is; its metrics are the best rate per kernel and size, one
+metric per kernel (`gflops/matmul_9`, `gbps/copy_1`; `gflops/matmul_9/cuda` where several
+backends are swept) with the size as the step, so that its chart view draws rate against size;
+the counts, wall time and overhead per job are tags (`gemmlab.sweep.jobs` …).
 """
 
 import atexit
@@ -33,6 +39,7 @@ from runner.results.records import size_label as _size
 from runner.results.records import status as _status
 from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
+from runner.record import names
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
 STATUSES = ("ok", "cached", "refused", "failed", "timeout")
@@ -110,14 +117,15 @@ class SweepSummary:
             status = _status(run)
             summary.counts[status] += 1
             if status in ("refused", "failed", "timeout"):
-                reason = run.data.tags.get("failure_reason", run.info.status)
+                reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
                 summary.reasons[f"{status}: {reason}"] += 1
                 continue
             rate = _rate(run)
             if rate is None:
                 continue
-            cell = (run.data.params.get("kernel.name", "?"), _size(run),
-                    run.data.params.get("backend.name", "?"), run.data.tags.get("device.name", "?"))
+            cell = (run.data.params.get(names.KERNEL_NAME, "?"), _size(run),
+                    run.data.params.get(names.BACKEND_NAME, "?"),
+                    run.data.tags.get(names.DEVICE_NAME, "?"))
             if cell not in summary.best or rate > _rate(summary.best[cell]):
                 summary.best[cell] = run
         return summary
@@ -153,7 +161,7 @@ class SweepSummary:
                  "| kernel | size | backend | device | tiling | rate | % of vendor |",
                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
         for (kernel, size, backend, device), run in self.ordered_best():
-            pct = run.data.metrics.get("perf/pct_of_vendor")
+            pct = run.data.metrics.get(names.PCT_OF_VENDOR)
             lines.append(f"| {kernel} | {size} | {backend} | {device} | {_tiling(run)} | "
                          f"{_rate(run):,.1f} {_unit(run)} | "
                          f"{'—' if pct is None else f'{pct:.1f}%'} |")
@@ -170,22 +178,88 @@ class SweepSummary:
             metrics = run.data.metrics
             rows.append({
                 "run_id": run.info.run_id, "status": _status(run),
-                "kernel": run.data.params.get("kernel.name", ""),
-                "backend": run.data.params.get("backend.name", ""),
-                "device": run.data.tags.get("device.name", ""), "size": _size(run),
+                "kernel": run.data.params.get(names.KERNEL_NAME, ""),
+                "backend": run.data.params.get(names.BACKEND_NAME, ""),
+                "device": run.data.tags.get(names.DEVICE_NAME, ""), "size": _size(run),
                 "tiling": _tiling(run), "rate": _rate(run), "unit": _unit(run),
-                "pct_of_vendor": metrics.get("perf/pct_of_vendor"),
-                "time_ms_median": metrics.get("time_ms/median"),
-                "registers": metrics.get("kernel/registers"),
-                "reused_from": run.data.tags.get("gemmlab.reused_from", ""),
-                "reason": run.data.tags.get("failure_reason", ""),
+                "pct_of_vendor": metrics.get(names.PCT_OF_VENDOR),
+                "time_ms_median": metrics.get(names.TIME_MS_MEDIAN),
+                "registers": metrics.get(names.REGISTERS),
+                "reused_from": run.data.tags.get(names.REUSED_FROM, ""),
+                "reason": run.data.tags.get(names.FAILURE_REASON, ""),
             })
         return rows
 
 
+def series_key(run, backend_in_key: bool) -> str:
+    """The parent's metric holding this run's kernel against size: `gflops/matmul_9`
+    (`gbps/copy_1` for copies), `gflops/matmul_9/cuda` where the sweep has several backends."""
+    kernel = run.data.params.get(names.KERNEL_NAME, "?")
+    backend = f"/{run.data.params.get(names.BACKEND_NAME, '?')}" if backend_in_key else ""
+    series = names.SERIES_GFLOPS if _unit(run) == "GFLOPS" else names.SERIES_GBPS
+    return f"{series}{kernel}{backend}"
+
+
+def series_step(run) -> int:
+    """The size as a metric's step (MLflow's charts draw it as x): M, which is the size of a
+    square problem and the first dimension of any other."""
+    return int(run.data.params.get(names.M) or 0)
+
+
+def series_metrics(summary: "SweepSummary") -> list:
+    """The best rate per kernel (and backend) and size as metrics with the size as the step,
+    so that the parent run's chart view draws rate against size with no setup."""
+    from mlflow.entities import Metric
+
+    several_backends = len({backend for _, _, backend, _ in summary.best}) > 1
+    points: dict = {}
+    for run in summary.best.values():
+        rate = _rate(run)
+        if rate is None:
+            continue
+        point = (series_key(run, several_backends), series_step(run))
+        points[point] = max(rate, points.get(point, rate))
+    now = int(time.time() * 1000)
+    return [Metric(key, value, now, step) for (key, step), value in sorted(points.items())]
+
+
+def bookkeeping_of(summary: "SweepSummary", wall_s: float) -> dict:
+    """Jobs by status, wall time and the cost per job beyond the kernels' own work: the
+    parent's `gemmlab.sweep.*` tags, never metrics (they would crowd the rates in the charts)."""
+    counts = {"jobs": summary.finished, **{status: summary.counts[status] for status in STATUSES}}
+    if summary.counts["killed"]:
+        counts["killed"] = summary.counts["killed"]
+    if summary.finished:  # what a job costs beyond its kernel's checked launch and timing
+        work = sum(run.data.metrics.get(names.KERNEL_WORK_S, 0.0) for run in summary.runs
+                   if _status(run) == "ok")
+        counts["wall_s"] = wall_s
+        counts["overhead_s_per_job"] = (wall_s - work) / summary.finished
+    return counts
+
+
+def _tag_value(value) -> str:
+    return f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def description(name: str, summary: "SweepSummary", expected: Optional[int],
+                devices: list[str]) -> str:
+    """The parent's description: what the sweep was and where its report is, then the best
+    configuration per kernel and size with the counts."""
+    where = f" on {', '.join(devices)}" if devices else ""
+    units = sorted({names.SERIES_GFLOPS if _unit(run) == "GFLOPS" else names.SERIES_GBPS
+                    for run in summary.best.values()})
+    odd = any(len(set(_size(run).split("x"))) > 1 for run in summary.best.values())
+    charts = (f" Charts: `{'`, `'.join(f'{u}<kernel>' for u in units)}`, the best rate per "
+              f"size with the size as the step{' (M where M, N, K differ)' if odd else ''}."
+              if units else "")
+    return (f"**{name}**: {summary.finished} jobs{where}.  \n"
+            f"Report: artifacts `report/sweep.md` and its plots in `report/`; the rows of every "
+            f"job in `sweep_summary.csv`.{charts}\n\n" + summary.markdown(expected))
+
+
 def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
     return client.search_runs([experiment_id],
-                              filter_string=f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+                              filter_string=f"tags.`{names.PARENT_RUN_ID}` = '{parent_run_id}'",
                               max_results=50000)
 
 
@@ -194,7 +268,8 @@ def _progress_line(summary: SweepSummary) -> str:
     now = ", ".join(r.info.run_name for r in running[:2]) or "—"
     best = summary.best_overall()
     best_text = "—" if best is None else (
-        f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get('kernel.name')} {_size(best)} "
+        f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get(names.KERNEL_NAME)} "
+        f"{_size(best)} "
         f"{_tiling(best)}".strip())
     skipped = f" · {summary.counts['cached']} cached" if summary.counts["cached"] else ""
     return f"sweep · now: {now} · best: {best_text}{skipped}"
@@ -255,7 +330,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
     for column, justify in columns + ([("", "left")] if any_cached else []):
         table.add_column(column, justify=justify, no_wrap=column != "tiling")
     for (kernel, size, backend, device), run in summary.ordered_best():
-        pct = run.data.metrics.get("perf/pct_of_vendor")
+        pct = run.data.metrics.get(names.PCT_OF_VENDOR)
         row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
                "—" if pct is None else f"{pct:.1f}%"]
         table.add_row(*row, *(["cached" if _status(run) == "cached" else ""] if any_cached
@@ -290,8 +365,8 @@ class SweepRecorder(Callback):
         from runner.record.tracking import _quiet_mlflow, experiment_for, provenance_tags
 
         tracking = config.tracking
+        _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
         ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
-        _quiet_mlflow()
         client = MlflowClient(tracking.uri)
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
@@ -300,18 +375,19 @@ class SweepRecorder(Callback):
         self._name = f"sweep {tracking.experiment}: {described}"[:240]
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
         launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
-        tags = {**provenance_tags(), "gemmlab.sweep": "true",
-                "gemmlab.sweep.overrides": " ".join(config.hydra.overrides.task),
-                "gemmlab.sweep.sweeper": sweeper.rsplit(".", 1)[-1],
-                "gemmlab.sweep.launcher": launcher.rsplit(".", 1)[-1],
-                "gemmlab.sweep.dir": str(OmegaConf.select(config, "hydra.sweep.dir"))}
+        tags = {**provenance_tags(), names.SWEEP: "true",
+                names.SWEEP_OVERRIDES: " ".join(config.hydra.overrides.task),
+                names.SWEEP_SWEEPER: sweeper.rsplit(".", 1)[-1],
+                names.SWEEP_LAUNCHER: launcher.rsplit(".", 1)[-1],
+                names.SWEEP_DIR: str(OmegaConf.select(config, "hydra.sweep.dir"))}
         run = client.create_run(experiment_id, run_name=self._name, tags=tags)
         self._client, self._uri = client, tracking.uri
         self._experiment_id, self._parent_run_id = experiment_id, run.info.run_id
         for key, values in definition.items():
-            client.log_param(run.info.run_id, f"sweep.{key}"[:250], values[:6000])
+            client.log_param(run.info.run_id, f"{names.SWEEP_PARAM_PREFIX}{key}"[:250],
+                             values[:6000])
         if self._expected is not None:
-            client.log_param(run.info.run_id, "sweep.expected_jobs", self._expected)
+            client.log_param(run.info.run_id, names.SWEEP_EXPECTED_JOBS, self._expected)
         os.environ[PARENT_ENV] = run.info.run_id
         self._started = time.monotonic()
         self._monitor = _ProgressMonitor(tracking.uri, experiment_id, run.info.run_id,
@@ -328,42 +404,51 @@ class SweepRecorder(Callback):
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
         summary = SweepSummary.of(sweep_children(self._client, self._experiment_id, parent))
+        if not summary.runs:  # no job started (a typo in the sweep): leave no empty parent
+            self._forget(parent)
+            if status == "FINISHED":  # else the error that stopped the sweep was its one line
+                from runner.terminal.summary import print_failure
+
+                print_failure("the sweep launched no job; nothing was recorded", None)
+            return
         metrics = {}
         try:
             metrics = self._log_summary(parent, summary)
         finally:
             self._client.set_terminated(parent, status)
         print_sweep_summary(summary, self._expected, self._name, parent, self._uri,
-                            metrics.get("sweep/overhead_s_per_job"))
+                            metrics.get("overhead_s_per_job"))
+
+    def _forget(self, parent: str) -> None:
+        """Delete the parent run for good (a soft delete would still list it under Deleted)."""
+        self._client.delete_run(parent)
+        store = getattr(getattr(self._client, "_tracking_client", None), "store", None)
+        if hasattr(store, "_hard_delete_run"):  # a database store: what `mlflow gc` does
+            try:
+                store._hard_delete_run(parent)
+            except Exception as error:  # the soft delete stands; the run is hidden
+                log.debug("could not delete the empty parent run %s: %s", parent, error)
 
     def _log_summary(self, parent: str, summary: SweepSummary) -> dict:
-        """Counts, overhead, best, the summary table, the report and the reasons, on the
-        parent; returns the metrics logged."""
+        """The rate per kernel against size as metrics, bookkeeping as tags, the description,
+        the summary table, the report and the reasons, on the parent; returns the bookkeeping."""
+        from mlflow.entities import RunTag
+
         client = self._client
-        metrics = {f"sweep/{status}": float(summary.counts[status]) for status in STATUSES}
-        metrics["sweep/jobs"] = float(summary.finished)
-        if summary.finished:  # what a job costs beyond its kernel's checked launch and timing
-            work = sum(run.data.metrics.get("time_s/kernel_work", 0.0) for run in summary.runs
-                       if _status(run) == "ok")
-            metrics["sweep/wall_s"] = time.monotonic() - self._started
-            metrics["sweep/overhead_s_per_job"] = (metrics["sweep/wall_s"] - work) / \
-                summary.finished
+        bookkeeping = bookkeeping_of(summary, time.monotonic() - self._started)
+        client.log_batch(parent, metrics=series_metrics(summary),
+                         tags=[RunTag(f"{names.SWEEP_PREFIX}{key}", _tag_value(value))
+                               for key, value in bookkeeping.items()])
+        devices = sorted({r.data.tags[names.DEVICE_NAME] for r in summary.runs
+                          if names.DEVICE_NAME in r.data.tags})
+        client.set_tag(parent, names.DEVICE_NAME, ", ".join(devices) or "—")
         best = summary.best_overall()
         if best is not None:
-            metrics["sweep/best_gflops" if _unit(best) == "GFLOPS" else "sweep/best_gbps"] = \
-                _rate(best)
-        for key, value in metrics.items():
-            client.log_metric(parent, key, value)
-        devices = sorted({r.data.tags["device.name"] for r in summary.runs
-                          if "device.name" in r.data.tags})
-        client.set_tag(parent, "device.name", ", ".join(devices) or "—")
-        if best is not None:
-            described = (f"{best.data.params.get('kernel.name')} {_size(best)} "
+            described = (f"{best.data.params.get(names.KERNEL_NAME)} {_size(best)} "
                          f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
-            client.set_tag(parent, "gemmlab.sweep.best", described)
-            client.set_tag(parent, "mlflow.runName",
-                           f"best {_rate(best):,.1f} {_unit(best)} · {self._name}"[:250])
-        client.set_tag(parent, "mlflow.note.content", summary.markdown(self._expected))
+            client.set_tag(parent, names.SWEEP_BEST, described)
+        client.set_tag(parent, names.NOTE,
+                       description(self._name, summary, self._expected, devices))
         rows = summary.rows()
         if rows:
             buffer = io.StringIO()
@@ -377,7 +462,7 @@ class SweepRecorder(Callback):
         lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
         lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
         client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
-        return metrics
+        return bookkeeping
 
     def _log_report(self, parent: str, summary: SweepSummary) -> None:
         """The report's page and plots of this sweep (best configuration per step and size)."""

@@ -4,6 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.run.execute import RunOutcome
+from runner.record import names
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 # Tables in a log or a pipe, as wide as they need: rich clamps print(width=...) to the
@@ -20,12 +21,12 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     plan, metrics = outcome.plan, outcome.metrics
     size = plan.size.label(plan.operation)
     if plan.flops:
-        rate = f"{_number(metrics.get('perf/gflops'), ',.1f')} GFLOPS"
+        rate = f"{_number(metrics.get(names.GFLOPS), ',.1f')} GFLOPS"
     else:
-        rate = f"{_number(metrics.get('bw/gbps'), ',.1f')} GB/s"
+        rate = f"{_number(metrics.get(names.GBPS), ',.1f')} GB/s"
     vendor = ""
     if outcome.vendor is not None:
-        vendor = f" · {metrics['perf/pct_of_vendor']:.1f}% of {outcome.vendor.name}"
+        vendor = f" · {metrics[names.PCT_OF_VENDOR]:.1f}% of {outcome.vendor.name}"
     error = "exact" if plan.operation.value != "sgemm" else f"err {outcome.check.rel_error:.1e}"
     registers = _number(outcome.main_resources.registers, "d")
     launches = ""
@@ -59,10 +60,10 @@ def print_failure(reason: str, where: str | None, recorded_as: str = "FAILED") -
 def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, where: str) -> None:
     """A sweep point measured before: its earlier result, and how to measure it again."""
     size = plan.size.label(plan.operation)
-    if metrics.get("perf/gflops") is not None:
-        rate = f"{metrics['perf/gflops']:,.1f} GFLOPS"
+    if metrics.get(names.GFLOPS) is not None:
+        rate = f"{metrics[names.GFLOPS]:,.1f} GFLOPS"
     else:
-        rate = f"{_number(metrics.get('bw/gbps'), ',.1f')} GB/s"
+        rate = f"{_number(metrics.get(names.GBPS), ',.1f')} GB/s"
     console.print(f"[bold]{plan.name}[/] · {backend_name} · {size} · [bold]{rate}[/] · "
                   f"cached: measured in run {earlier_run_id[:8]}… with the same source, "
                   f"parameters, size, device and driver (+rerun=true measures again)")
@@ -72,11 +73,11 @@ def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, wh
 def headline(metrics: dict) -> str:
     """The run's result in a few words, appended to its MLflow run name: the runs table and the
     compare view then show the rate and % of the vendor library first, without picking columns."""
-    if metrics.get("perf/gflops") is not None:
-        rate = f"{metrics['perf/gflops']:,.1f} GFLOPS"
-    elif metrics.get("bw/gbps") is not None:
-        rate = f"{metrics['bw/gbps']:,.1f} GB/s"
+    if metrics.get(names.GFLOPS) is not None:
+        rate = f"{metrics[names.GFLOPS]:,.1f} GFLOPS"
+    elif metrics.get(names.GBPS) is not None:
+        rate = f"{metrics[names.GBPS]:,.1f} GB/s"
     else:
         return ""
-    pct = metrics.get("perf/pct_of_vendor")
+    pct = metrics.get(names.PCT_OF_VENDOR)
     return rate + ("" if pct is None else f" ({pct:.0f}% of vendor)")

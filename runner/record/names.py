@@ -1,0 +1,87 @@
+"""Every name gemmlab records in MLflow, defined once: metrics, params and tags.
+
+The recorder writes these and every reader (the sweep's parent, the report, the seeds' tables,
+the tuning page, resume) reads them, so renaming one is one edit here and a typo is a
+NameError at import, not an empty column in a page. Imports nothing.
+"""
+
+# ---------------------------------------------------------------- metrics (NVBench-style)
+GFLOPS = "perf/gflops"
+GBPS = "bw/gbps"
+PCT_OF_VENDOR = "perf/pct_of_vendor"
+TIME_MS_MEDIAN = "time_ms/median"
+TIME_MS_MEAN = "time_ms/mean"
+TIME_MS_MIN = "time_ms/min"
+TIME_MS_MAX = "time_ms/max"
+TIME_MS_Q1 = "time_ms/q1"
+TIME_MS_Q3 = "time_ms/q3"
+KERNEL_WORK_S = "time_s/kernel_work"  # the checked launch and the timing: a job's own work
+VENDOR_GFLOPS = "vendor/gflops"
+VENDOR_GBPS = "vendor/gbps"
+VENDOR_TIME_MS_MEDIAN = "vendor/time_ms_median"
+VENDOR_REL_ERROR = "vendor/rel_error"
+CHECK_REL_ERROR = "check/rel_error"
+CHECK_PASSED = "check/passed"
+CHECK_ERROR_VS_VENDOR = "check/error_vs_vendor"
+RESOURCE_PREFIX = "kernel/"
+REGISTERS = RESOURCE_PREFIX + "registers"
+SPILL_BYTES = RESOURCE_PREFIX + "spill_bytes"
+SHARED_BYTES = RESOURCE_PREFIX + "shared_bytes"
+
+# A sweep's parent: the best rate per kernel (and backend) with the size as the step.
+SERIES_GFLOPS = "gflops/"
+SERIES_GBPS = "gbps/"
+
+# ---------------------------------------------------------------- params (the knobs compared)
+BACKEND_NAME = "backend.name"
+KERNEL_NAME = "kernel.name"
+KERNEL_PARAMS_PREFIX = "kernel.params."  # + each tiling value's name: kernel.params.TS
+KERNEL_MAX_REGISTERS = "kernel.max_registers"
+KERNEL_SPEC_HASH = "kernel.spec_hash"
+KERNEL_PRECISION = "kernel.precision"
+M, N, K = "M", "N", "K"
+SEED = "seed"
+TIMING_WARMUP = "timing.warmup"
+TIMING_REPEATS = "timing.repeats"
+TIMING_FLUSH_L2 = "timing.flush_l2"
+CHECK_TOLERANCE = "check.tolerance"
+SWEEP_PARAM_PREFIX = "sweep."  # a sweep's parent: sweep.<key> = its values
+SWEEP_EXPECTED_JOBS = "sweep.expected_jobs"
+
+# ---------------------------------------------------------------- tags
+STATUS = "gemmlab.status"  # ok, cached, refused, failed, killed
+FAILURE_REASON = "failure_reason"
+OPERATION = "gemmlab.operation"  # sgemm, copy, transpose
+KERNEL = "gemmlab.kernel"
+BACKEND = "gemmlab.backend"
+COMMAND = "gemmlab.command"
+GIT_COMMIT = "gemmlab.git_commit"
+RUNNER_VERSION = "gemmlab.runner_version"
+MEASUREMENT_KEY = "gemmlab.measurement_key"
+REUSED_FROM = "gemmlab.reused_from"
+SIZE_RULE = "kernel.size_rule"
+DEVICE_NAME = "device.name"
+DEVICE_VENDOR = "device.vendor"
+DEVICE_PLATFORM = "device.platform"
+DEVICE_DRIVER = "device.driver"
+DEVICE_TYPE = "device.type"
+DEVICE_COMPUTE_CAPABILITY = "device.compute_capability"
+DEVICE_INDEX = "device.index"
+TIMING_LAUNCHES = "timing.launches"
+CHECK_METHOD = "check.method"
+VENDOR_NAME = "vendor.name"
+
+# A sweep's parent run: gemmlab.sweep = "true", and gemmlab.sweep.<what> for the rest.
+SWEEP = "gemmlab.sweep"
+SWEEP_PREFIX = SWEEP + "."
+SWEEP_BEST = SWEEP_PREFIX + "best"
+SWEEP_SWEEPER = SWEEP_PREFIX + "sweeper"
+SWEEP_LAUNCHER = SWEEP_PREFIX + "launcher"
+SWEEP_OVERRIDES = SWEEP_PREFIX + "overrides"
+SWEEP_DIR = SWEEP_PREFIX + "dir"
+
+# MLflow's own tags
+PARENT_RUN_ID = "mlflow.parentRunId"
+RUN_NAME = "mlflow.runName"
+NOTE = "mlflow.note.content"  # the run's description
+EXPERIMENT_KIND = "mlflow.experimentKind"
