@@ -12,23 +12,29 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
+from runner.config.paths import CONF_DIR, source_file_name
+from runner.config.schema import register_configs
+from runner.config.size_rules import apply_size_rules, pinned_params
+from runner.config.spec import ProblemSize, plan_kernel
+from runner.config.validate import validate
 from runner.errors import Refused, RunError
 from runner.job import supervisor
 from runner.job.sanitizers import sanitizer_finding, sanitizer_of
 from runner.job.supervisor import run_job
+from runner.record import names
+from runner.record.resume import KEY_TAG, find_measurement, reuse
+from runner.record.tracking import Recorder, comparable_params
+from runner.sweep.callback import current_parent_run_id, in_sweep
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
-from runner.config.paths import CONF_DIR, source_file_name
-from runner.record.resume import KEY_TAG, find_measurement, reuse
-from runner.config.schema import register_configs
-from runner.config.size_rules import apply_size_rules, pinned_params
-from runner.config.spec import ProblemSize, plan_kernel
 from runner.terminal.progress import RelayedBars
-from runner.terminal.summary import (headline, print_cached, print_failure, print_sanitized,
-                                     print_summary)
-from runner.sweep.callback import current_parent_run_id, in_sweep
-from runner.record.tracking import Recorder, comparable_params
-from runner.config.validate import validate
+from runner.terminal.summary import (
+    headline,
+    print_cached,
+    print_failure,
+    print_sanitized,
+    print_summary,
+)
 
 log = logging.getLogger("runner")
 
@@ -36,7 +42,7 @@ register_configs()
 
 
 def _rate(metrics: dict) -> Optional[float]:
-    return metrics.get("perf/gflops") or metrics.get("bw/gbps")
+    return metrics.get(names.GFLOPS) or metrics.get(names.GBPS)
 
 
 def run(cfg: DictConfig) -> Optional[float]:
@@ -97,23 +103,24 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
         if size_rule:
-            recorder.tags({"kernel.size_rule": size_rule[:5000]})
+            recorder.tags({names.SIZE_RULE: size_rule[:5000]})
             log.info("size rule of %s: %s", cfg.kernel.name, size_rule)
-        recorder.tags({"gemmlab.kernel": cfg.kernel.name, "gemmlab.backend": backend_name,
-                       "gemmlab.operation": cfg.kernel.operation.value,
-                       "device.index": cfg.backend.device})
+        recorder.tags({names.KERNEL: cfg.kernel.name, names.BACKEND: backend_name,
+                       names.OPERATION: cfg.kernel.operation.value,
+                       names.DEVICE_INDEX: cfg.backend.device})
         validate(cfg)  # every number in its range, before anything is compiled or timed
         plan = plan_kernel(cfg.kernel, size)
         source_file_name(cfg.kernel, cfg.backend.name)  # a step without this backend's source
         tool = sanitizer_of(cfg)
         if tool:
-            recorder.tags({"check.sanitizer": tool})
+            recorder.tags({names.SANITIZER: tool})
         result = run_job(cfg, recorder, reuse_earlier, size.label(plan.operation),
                          RelayedBars())
         if result.report:
             recorder.text(result.report, f"sanitizer/{tool}.txt")
-        finding = (sanitizer_finding(tool, result.report, source_file_name(cfg.kernel, backend_name))
-                   if tool and result.report else None)
+        source = source_file_name(cfg.kernel, backend_name)
+        finding = sanitizer_finding(tool, result.report, source) if tool and result.report \
+            else None
     except RunError as error:  # refused or failed before the worker had the job
         recorder.finish(str(error), status="refused" if isinstance(error, Refused) else None)
         print_failure(str(error), where)

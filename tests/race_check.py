@@ -11,13 +11,13 @@ import argparse
 import sys
 from pathlib import Path
 
-import runner.run.execute
 from conftest import compose_config
+
+import runner.run.execute
 from runner.backends.opencl import OpenCLBackend
-from runner.run.execute import checked_launch, prepare
-from runner.run.operations import effective_check
-from runner.run.operations import make_problem
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.run.execute import checked_launch, prepare
+from runner.run.operations import effective_check, make_problem
 
 parser = argparse.ArgumentParser()
 parser.add_argument("kernel")

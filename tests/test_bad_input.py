@@ -7,9 +7,9 @@ import sys
 
 import mlflow
 import pytest
+from conftest import compose_config
 
 import runner.run.execute
-from conftest import compose_config
 from runner.app import run
 
 

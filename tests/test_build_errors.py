@@ -9,10 +9,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_bad_inputs_cli import gemmlab, one_error_line
 
 from runner.backends.build_log import compile_errors, first_error
 from runner.errors import BuildError
-from test_bad_inputs_cli import gemmlab, one_error_line
 
 # Line 15, column 33 of syn_1.cl: `acc += A[row * K + k] * undefined_thing;`
 SYN_CL = textwrap.dedent("""\
@@ -67,8 +67,9 @@ EXPECTED = "syn_1.cl:15:"  # clang's column follows; the words name the identifi
 
 
 def _platforms() -> list[str]:
-    import runner  # noqa: F401  registers Intel's pip-installed CPU runtime first
     import pyopencl as cl
+
+    import runner  # noqa: F401  registers Intel's pip-installed CPU runtime first
 
     return [p.name for p in cl.get_platforms()]
 

@@ -5,8 +5,8 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import requires_cuda_gpu
+
 from runner import ceiling
 from runner.backends.cuda import CUDABackend
 

@@ -1,10 +1,9 @@
 """Composition: defaults, size overrides, and Hydra's own errors for typos and wrong types."""
 
 import pytest
+from conftest import KERNEL_NAMES, compose_config
 from hydra.errors import ConfigCompositionException, MissingConfigException
 from omegaconf.errors import ConfigKeyError, ValidationError
-
-from conftest import KERNEL_NAMES, compose_config
 
 
 def test_defaults_compose_to_opencl_matmul_2_at_1024():

@@ -3,9 +3,14 @@ verified at 4096 (8192 for copies) and at an odd size, recorded in MLflow with r
 
 import mlflow
 import pytest
+from conftest import (
+    KERNEL_NAMES,
+    compose_config,
+    kernel_yaml,
+    requires_cuda_gpu,
+    requires_nvidia_opencl,
+)
 
-from conftest import (KERNEL_NAMES, compose_config, kernel_yaml, requires_cuda_gpu,
-                      requires_nvidia_opencl)
 from runner.app import run
 
 pytestmark = pytest.mark.gpu

@@ -2,13 +2,18 @@
 disassemblers from pip for CUDA, the CPU's OpenCL driver for OpenCL)."""
 
 import pytest
+from conftest import SGEMM_KERNELS, compose_config
 from mlflow.tracking import MlflowClient
 
-from conftest import SGEMM_KERNELS, compose_config
 from runner.inspect import command as inspect_cli
 from runner.inspect.program import find_tool
-from runner.inspect.sass import (InstructionMix, ffma_bank_conflicts, ffma_moved_accumulators,
-                         main_loop, parse_sass)
+from runner.inspect.sass import (
+    InstructionMix,
+    ffma_bank_conflicts,
+    ffma_moved_accumulators,
+    main_loop,
+    parse_sass,
+)
 
 needs_cuda_tools = pytest.mark.skipif(
     find_tool("nvdisasm", "nvidia-cuda-nvdisasm") is None

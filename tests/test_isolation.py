@@ -9,8 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from mlflow.tracking import MlflowClient
-
 from test_bad_inputs_cli import ERROR, gemmlab, one_error_line, runs
 
 BROKEN = Path(__file__).parent / "broken_kernels"

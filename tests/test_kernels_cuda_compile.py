@@ -1,12 +1,12 @@
 """Every CUDA kernel compiles through NVRTC for sm_90a, with registers and spills read back."""
 
 import pytest
-
 from conftest import CUDA_SIZE_RULES, KERNEL_NAMES, compose_config, kernel_yaml, variant_params
+
 from runner.backends.cuda import CUDABackend
+from runner.config.spec import ProblemSize, plan_kernel
 from runner.run.execute import prepare
 from runner.run.operations import make_problem
-from runner.config.spec import ProblemSize, plan_kernel
 
 pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
 

@@ -1,14 +1,19 @@
 """Every kernel, through OpenCL on the CPU: correct at small and odd sizes, several parameters."""
 
 import pytest
+from conftest import (
+    MOVE_KERNELS,
+    NVIDIA_ONLY_KERNELS,
+    PORTABLE_SGEMM_KERNELS,
+    compose_config,
+    variant_params,
+)
 
-from conftest import (MOVE_KERNELS, NVIDIA_ONLY_KERNELS, PORTABLE_SGEMM_KERNELS, compose_config,
-                      variant_params)
-from runner.errors import Refused
-from runner.run.limits import check_device_support, check_launch_limits
-from runner.run.execute import checked_launch, prepare
-from runner.run.operations import make_problem
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.errors import Refused
+from runner.run.execute import checked_launch, prepare
+from runner.run.limits import check_device_support, check_launch_limits
+from runner.run.operations import make_problem
 
 SGEMM_SIZES = [(1, 1, 1), (17, 33, 9), (127, 129, 65), (64, 64, 64)]
 # (203, 261) and (200, 259) have tiles of 64 that neither start nor end a dst row, where

@@ -6,9 +6,9 @@ import sys
 
 import mlflow
 import pytest
+from conftest import compose_config
 from mlflow.tracking import MlflowClient
 
-from conftest import compose_config
 from runner.app import run
 
 

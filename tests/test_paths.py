@@ -7,8 +7,8 @@ import sys
 import mlflow
 import pytest
 
-from runner.errors import RunError
 from runner.config.paths import CONF_DIR, KERNEL_PATH_VARIABLE, KERNELS_DIR, kernel_source_path
+from runner.errors import RunError
 
 
 def _user_kernel_folder(root, backend="opencl", file_name="matmul_2.cl", text="// mine\n"):

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import PORTABLE_KERNELS
 
 TESTS = Path(__file__).parent

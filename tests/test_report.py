@@ -5,10 +5,10 @@ import re
 
 import mlflow
 import pytest
+from conftest import compose_config
 from mlflow.entities import Metric, Param, Run, RunData, RunTag
 from mlflow.tracking import MlflowClient
 
-from conftest import compose_config
 from runner.app import run
 from runner.results.report import as_read_from, build_report
 from runner.results.report import main as report_main

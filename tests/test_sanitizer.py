@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import CUDA_SIZE_RULES, KERNEL_NAMES, requires_cuda_gpu
 
 TESTS = Path(__file__).parent

@@ -2,13 +2,13 @@
 preset composes and sweeps exactly the table's rows, and a page is built from real CPU runs."""
 
 import pytest
+from conftest import compose_config
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from mlflow.tracking import MlflowClient
 
-from conftest import compose_config
-from runner.results import seed_tables
 from runner.app import run
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.results import seed_tables
 
 TABLES = seed_tables.table_names()
 ROWS = [(name, row.id) for name in TABLES for row in seed_tables.load_table(name).rows]

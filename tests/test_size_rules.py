@@ -2,12 +2,12 @@
 command line keeps, and that every rule's values make a valid, correct kernel."""
 
 import pytest
-
 from conftest import KERNEL_NAMES, PORTABLE_KERNELS, compose_config, kernel_yaml
-from runner.run.execute import checked_launch, prepare
-from runner.run.operations import make_problem
+
 from runner.config.size_rules import apply_size_rules, pinned_params
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.run.execute import checked_launch, prepare
+from runner.run.operations import make_problem
 
 RULES = [(name, index) for name in KERNEL_NAMES
          for index, _ in enumerate(kernel_yaml(name).get("size_rules") or [])]

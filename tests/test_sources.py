@@ -3,8 +3,8 @@
 import re
 
 import pytest
-
 from conftest import KERNEL_NAMES, kernel_yaml
+
 from runner.config.paths import CONF_DIR, KERNELS_DIR
 
 DEFAULT = re.compile(r"#ifndef (\w+)\s*\n\s*#define \1\s+(\d+)")

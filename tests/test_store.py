@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_bad_inputs_cli import gemmlab, one_error_line
 
 from runner.errors import RunError
 from runner.record.store import store_lock
-from test_bad_inputs_cli import gemmlab, one_error_line
 
 # A folder nobody can create files in, root included (the tests run as root here, so a
 # chmod-ed folder would still be writable).

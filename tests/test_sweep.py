@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import compose_config
 from mlflow.tracking import MlflowClient
 
-from conftest import compose_config
 from runner.record.store import ensure_store
 from runner.sweep.callback import expected_jobs, sweep_definition
 

@@ -7,14 +7,14 @@ import time
 import mlflow
 import pyopencl as cl
 import pytest
-
 from conftest import compose_config
+
 from runner.app import run
 from runner.backends.opencl import OpenCLBackend
-from runner.run.execute import prepare
-from runner.run.operations import make_problem
 from runner.config.spec import ProblemSize, plan_kernel
 from runner.errors import RunError
+from runner.run.execute import prepare
+from runner.run.operations import make_problem
 from runner.run.timing import TimeStats, measure
 
 

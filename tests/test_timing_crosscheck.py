@@ -8,12 +8,12 @@ import time
 
 import numpy as np
 import pytest
-
 from conftest import compose_config, requires_cuda_gpu, requires_nvidia_opencl
+
 from runner.backends import make_backend
+from runner.config.spec import ProblemSize, plan_kernel
 from runner.run.execute import checked_launch, prepare
 from runner.run.operations import make_problem
-from runner.config.spec import ProblemSize, plan_kernel
 from runner.run.timing import TimeStats, measure
 
 pytestmark = pytest.mark.gpu

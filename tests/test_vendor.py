@@ -2,11 +2,11 @@
 differ in precision or tolerance; cuBLAS in TF32 mode only for a reduced-precision step."""
 
 import numpy as np
+from conftest import compose_config
 
 import runner.run.vendor as vendor
-from conftest import compose_config
-from runner.run.operations import effective_check, make_problem
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.run.operations import effective_check, make_problem
 
 
 class FakeCuda:

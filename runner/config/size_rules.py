@@ -15,8 +15,8 @@ from typing import Optional
 
 from omegaconf import OmegaConf
 
-from runner.errors import RunError
 from runner.config.expressions import ExpressionError, evaluate
+from runner.errors import RunError
 
 PARAM_PREFIX = "kernel.params."
 CAP_KEY = "kernel.max_registers"

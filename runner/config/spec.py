@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from runner.errors import Refused, RunError
 from runner.config.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
 from runner.config.schema import Operation
+from runner.errors import Refused, RunError
 
 MACRO_NAME = re.compile(r"^[A-Z][A-Z0-9_]*$")
 INT32_MAX = 2**31 - 1

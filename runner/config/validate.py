@@ -12,8 +12,8 @@ from typing import NamedTuple, Optional
 
 from omegaconf import OmegaConf
 
-from runner.errors import Refused
 from runner.config.paths import check_source_name
+from runner.errors import Refused
 
 INT32_MAX = 2**31 - 1
 

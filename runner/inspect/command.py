@@ -22,9 +22,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runner.errors import RunError
 from runner.config.paths import CONF_DIR, kernel_source_path
 from runner.config.schema import register_configs
+from runner.errors import RunError
 
 console = Console(highlight=False, soft_wrap=True)
 
@@ -32,7 +32,8 @@ console = Console(highlight=False, soft_wrap=True)
 def compose(overrides: list[str]):
     """The config `python -m runner <overrides>` would run with, its kernel's size rules
     applied as a run applies them; and the rule applied, in words (None when none was)."""
-    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
 
     from runner.config.size_rules import apply_size_rules, pinned_params
 
@@ -82,10 +83,10 @@ def _check_target(plan, backend) -> None:
 
 def inspect_config(cfg):
     """Compile the config's kernel as a run would (same plan, defines and cache) and inspect it."""
-    from runner.run.execute import compile_once
-    from runner.inspect.program import inspect_program
     from runner.config.paths import source_file_name
     from runner.config.spec import ProblemSize, plan_kernel
+    from runner.inspect.program import inspect_program
+    from runner.run.execute import compile_once
 
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     backend = _backend(cfg)

@@ -140,7 +140,8 @@ def _sanitizer_worker(tool: str, backend_name: str, folder: str) -> Worker:
 
 def _limits(cfg) -> dict[str, float]:
     run_limit = float(cfg.timing.timeout_s)
-    return {"setup": max(run_limit, START_TIMEOUT_S), "compile": float(cfg.timing.compile_timeout_s),
+    return {"setup": max(run_limit, START_TIMEOUT_S),
+            "compile": float(cfg.timing.compile_timeout_s),
             "check": run_limit, "time": run_limit, "vendor": run_limit}
 
 

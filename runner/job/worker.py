@@ -75,6 +75,7 @@ def run_job(conn: Connection, cfg) -> bool:
     from runner.config.spec import ProblemSize, plan_kernel
     from runner.errors import Refused, RunError
     from runner.job.faults import describe_fault
+    from runner.record import names
     from runner.record.resume import measurement_key
     from runner.run.execute import execute
     from runner.terminal import progress as progress_bars
@@ -83,7 +84,7 @@ def run_job(conn: Connection, cfg) -> bool:
     progress_bars.forward_to(send)
     try:
         send(("phase", "setup"))
-        send(("record", "tags", ({"job.worker_pid": str(os.getpid())},)))
+        send(("record", "tags", ({names.WORKER_PID: str(os.getpid())},)))
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)

@@ -27,6 +27,11 @@ RESOURCE_PREFIX = "kernel/"
 REGISTERS = RESOURCE_PREFIX + "registers"
 SPILL_BYTES = RESOURCE_PREFIX + "spill_bytes"
 SHARED_BYTES = RESOURCE_PREFIX + "shared_bytes"
+# A reduced-precision (TF32) step against cuBLAS in the same mode, as well as in FP32.
+VENDOR_TF32_GFLOPS = "vendor_tf32/gflops"
+VENDOR_TF32_TIME_MS_MEDIAN = "vendor_tf32/time_ms_median"
+VENDOR_TF32_REL_ERROR = "vendor_tf32/rel_error"
+PCT_OF_VENDOR_TF32 = "perf/pct_of_vendor_tf32"
 
 # A sweep's parent: the best rate per kernel (and backend) with the size as the step.
 SERIES_GFLOPS = "gflops/"
@@ -49,7 +54,7 @@ SWEEP_PARAM_PREFIX = "sweep."  # a sweep's parent: sweep.<key> = its values
 SWEEP_EXPECTED_JOBS = "sweep.expected_jobs"
 
 # ---------------------------------------------------------------- tags
-STATUS = "gemmlab.status"  # ok, cached, refused, failed, killed
+STATUS = "gemmlab.status"  # ok, cached, refused, failed, timeout, killed
 FAILURE_REASON = "failure_reason"
 OPERATION = "gemmlab.operation"  # sgemm, copy, transpose
 KERNEL = "gemmlab.kernel"
@@ -70,6 +75,9 @@ DEVICE_INDEX = "device.index"
 TIMING_LAUNCHES = "timing.launches"
 CHECK_METHOD = "check.method"
 VENDOR_NAME = "vendor.name"
+VENDOR_TF32_NAME = "vendor_tf32.name"
+SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
+WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
 
 # A sweep's parent run: gemmlab.sweep = "true", and gemmlab.sweep.<what> for the rest.
 SWEEP = "gemmlab.sweep"

@@ -14,11 +14,11 @@ from typing import Optional
 
 from runner import __version__
 from runner.backends.base import Backend
-from runner.errors import RunError
-from runner.run.operations import check_tolerance
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
+from runner.errors import RunError
 from runner.record import names
+from runner.run.operations import check_tolerance
 
 KEY_TAG = names.MEASUREMENT_KEY
 REUSED_TAG = names.REUSED_FROM

@@ -15,10 +15,10 @@ from typing import Any, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from runner import __version__
-from runner.run.operations import check_tolerance
 from runner.config.paths import PACKAGE_DIR, checkout_root
-from runner.record.store import ensure_store
 from runner.record import names
+from runner.record.store import ensure_store
+from runner.run.operations import check_tolerance
 
 
 def _quiet_mlflow() -> None:

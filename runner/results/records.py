@@ -5,6 +5,7 @@ from an MLflow run, so that they cannot disagree on what a run measured.
 """
 
 from typing import Optional
+
 from runner.record import names
 
 

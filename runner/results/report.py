@@ -32,17 +32,16 @@ import matplotlib
 
 matplotlib.use("Agg")  # files only; no screen needed
 import matplotlib.pyplot as plt  # noqa: E402
-
 from matplotlib.patches import Patch  # noqa: E402
 from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLocator  # noqa: E402
 
+from runner.record import names  # noqa: E402
+from runner.results import runs as recorded  # noqa: E402
 from runner.results.records import is_gemm as _is_gemm  # noqa: E402
 from runner.results.records import rate as _rate  # noqa: E402
 from runner.results.records import size_label as _size_label  # noqa: E402
 from runner.results.records import status  # noqa: E402
 from runner.results.records import vendor_rate as _vendor_rate  # noqa: E402
-from runner.record import names  # noqa: E402
-from runner.results import runs as recorded  # noqa: E402
 from runner.results.runs import MEASURED, as_read_from, provenance  # noqa: E402,F401
 
 STATUSES = ("ok", "refused", "failed", "cached")

@@ -35,13 +35,13 @@ from typing import Optional
 import yaml
 
 from runner.config.paths import CONF_DIR
+from runner.record import names
+from runner.results import runs as recorded
 from runner.results.records import is_gemm as _is_gemm
 from runner.results.records import rate as _rate
 from runner.results.records import status
 from runner.results.records import vendor_rate as _vendor_rate
-from runner.results import runs as recorded
 from runner.results.runs import MEASURED
-from runner.record import names
 
 TABLES_DIR = CONF_DIR / "seeds"
 ROWS_DIR = CONF_DIR / "seed_row"

@@ -18,9 +18,11 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-from runner.results.records import rate as _rate, status, tiling as _tiling  # noqa: E402
-from runner.results import runs as recorded  # noqa: E402
 from runner.record import names
+from runner.results import runs as recorded  # noqa: E402
+from runner.results.records import rate as _rate  # noqa: E402
+from runner.results.records import status
+from runner.results.records import tiling as _tiling
 
 
 def newest_sweep(client, experiment_id: str, sweeper: str):

@@ -10,14 +10,26 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
-from runner.errors import Refused, VerificationError
-from runner.run.limits import (check_device_support, check_host_memory, check_kernel_limits,
-                           check_launch_limits, check_memory)
-from runner.run.operations import (CheckResult, Problem, check_result, effective_check,
-                               make_problem, operation_floats)
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
+from runner.errors import Refused, VerificationError
+from runner.record import names
 from runner.run.guards import guarded_alloc, guarded_upload, violation
+from runner.run.limits import (
+    check_device_support,
+    check_host_memory,
+    check_kernel_limits,
+    check_launch_limits,
+    check_memory,
+)
+from runner.run.operations import (
+    CheckResult,
+    Problem,
+    check_result,
+    effective_check,
+    make_problem,
+    operation_floats,
+)
 from runner.run.timing import TimeStats, measure
 from runner.run.vendor import VendorResult, vendor_baseline
 
@@ -49,7 +61,7 @@ def source_with_defines(source: str, options: list[str], defines: dict[str, int]
     return "\n".join(header) + "\n" + source
 
 
-def resource_metrics(resources: KernelResources, prefix: str = "kernel/",
+def resource_metrics(resources: KernelResources, prefix: str = names.RESOURCE_PREFIX,
                      dynamic_local_bytes: int = 0) -> dict:
     """`shared_bytes` is what one work-group holds: the static local/shared memory the compiler
     reports plus the dynamic amount the launch asks for (a ring of stages sized by its
@@ -178,10 +190,11 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     each its own time limit."""
     device = backend.device_info()
     recorder.tags({
-        "device.name": device.name, "device.vendor": device.vendor,
-        "device.platform": device.platform, "device.driver": device.driver,
-        "device.type": device.device_type, "device.compute_capability": device.compute_capability,
-        "timing.launches": " + ".join(launch.entry for launch in plan.launches),
+        names.DEVICE_NAME: device.name, names.DEVICE_VENDOR: device.vendor,
+        names.DEVICE_PLATFORM: device.platform, names.DEVICE_DRIVER: device.driver,
+        names.DEVICE_TYPE: device.device_type,
+        names.DEVICE_COMPUTE_CAPABILITY: device.compute_capability,
+        names.TIMING_LAUNCHES: " + ".join(launch.entry for launch in plan.launches),
     })
     check_device_support(plan, device)
     check_launch_limits(plan, device)
@@ -217,10 +230,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     started = time.perf_counter()  # the kernel's own work: the checked launch and the timing
     check_cfg = effective_check(cfg)  # a reduced-precision step's own tolerance
     check = checked_launch(backend, prepared, problem, check_cfg, cfg.seed)
-    metrics["check/rel_error"] = check.rel_error if check.rel_error == check.rel_error else None
-    metrics["check/passed"] = 1.0 if check.passed else 0.0
+    metrics[names.CHECK_REL_ERROR] = check.rel_error if check.rel_error == check.rel_error else None
+    metrics[names.CHECK_PASSED] = 1.0 if check.passed else 0.0
     recorder.metrics(metrics)
-    recorder.tags({"check.method": check.method})
+    recorder.tags({names.CHECK_METHOD: check.method})
     if not check.passed:
         raise VerificationError(f"{plan.name} gave a wrong result at "
                                 f"{plan.size.label(plan.operation)}: {check.detail}")
@@ -232,14 +245,15 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
                       f"{plan.name} on {backend.name}",
                       backend.flush_cache if cfg.timing.flush_l2 else None)
-    metrics["time_s/kernel_work"] = time.perf_counter() - started
+    metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
     stats = TimeStats.of(samples)
     seconds = stats.median * 1e-3
     metrics.update({
-        "time_ms/median": stats.median, "time_ms/mean": stats.mean, "time_ms/min": stats.min,
-        "time_ms/max": stats.max, "time_ms/q1": stats.q1, "time_ms/q3": stats.q3,
-        "perf/gflops": plan.flops / seconds / 1e9 if plan.flops else None,
-        "bw/gbps": plan.min_bytes / seconds / 1e9,
+        names.TIME_MS_MEDIAN: stats.median, names.TIME_MS_MEAN: stats.mean,
+        names.TIME_MS_MIN: stats.min,
+        names.TIME_MS_MAX: stats.max, names.TIME_MS_Q1: stats.q1, names.TIME_MS_Q3: stats.q3,
+        names.GFLOPS: plan.flops / seconds / 1e9 if plan.flops else None,
+        names.GBPS: plan.min_bytes / seconds / 1e9,
     })
     recorder.metrics(metrics)
     recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
@@ -251,22 +265,22 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         vendor_stats = TimeStats.of(vendor.samples_ms)
         vendor_seconds = vendor_stats.median * 1e-3
         metrics.update({
-            "vendor/time_ms_median": vendor_stats.median,
-            "vendor/gflops": plan.flops / vendor_seconds / 1e9 if plan.flops else None,
-            "vendor/gbps": plan.min_bytes / vendor_seconds / 1e9,
-            "vendor/rel_error": vendor.rel_error,
-            "perf/pct_of_vendor": 100.0 * vendor_stats.median / stats.median,
+            names.VENDOR_TIME_MS_MEDIAN: vendor_stats.median,
+            names.VENDOR_GFLOPS: plan.flops / vendor_seconds / 1e9 if plan.flops else None,
+            names.VENDOR_GBPS: plan.min_bytes / vendor_seconds / 1e9,
+            names.VENDOR_REL_ERROR: vendor.rel_error,
+            names.PCT_OF_VENDOR: 100.0 * vendor_stats.median / stats.median,
         })
-        if vendor.rel_error and metrics.get("check/rel_error") is not None:
-            metrics["check/error_vs_vendor"] = metrics["check/rel_error"] / vendor.rel_error
-        recorder.tags({"vendor.name": vendor.name})
+        if vendor.rel_error and metrics.get(names.CHECK_REL_ERROR) is not None:
+            metrics[names.CHECK_ERROR_VS_VENDOR] = metrics[names.CHECK_REL_ERROR] / vendor.rel_error
+        recorder.tags({names.VENDOR_NAME: vendor.name})
         if vendor.tf32 is not None:  # a TF32 step against the library in the same mode
             tf32_median = TimeStats.of(vendor.tf32.samples_ms).median
             metrics.update({
                 "vendor_tf32/time_ms_median": tf32_median,
                 "vendor_tf32/gflops": plan.flops / (tf32_median * 1e-3) / 1e9,
                 "vendor_tf32/rel_error": vendor.tf32.rel_error,
-                "perf/pct_of_vendor_tf32": 100.0 * tf32_median / stats.median,
+                names.PCT_OF_VENDOR_TF32: 100.0 * tf32_median / stats.median,
             })
             recorder.tags({"vendor_tf32.name": vendor.tf32.name})
         recorder.metrics(metrics)

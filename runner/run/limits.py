@@ -3,8 +3,8 @@
 from typing import Mapping, Optional
 
 from runner.backends.base import DeviceInfo, KernelResources
-from runner.errors import Refused
 from runner.config.spec import KernelPlan
+from runner.errors import Refused
 
 
 def _gb(nbytes: int) -> str:

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import numpy as np
+
 from runner.terminal import progress as progress_bars
 
 

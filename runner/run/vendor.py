@@ -15,9 +15,9 @@ from typing import Optional
 import numpy as np
 
 from runner.backends.base import Backend
-from runner.run.operations import Problem, check_sgemm
 from runner.config.schema import Operation
 from runner.config.spec import KernelPlan
+from runner.run.operations import Problem, check_sgemm
 from runner.run.timing import measure
 
 

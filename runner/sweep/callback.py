@@ -34,12 +34,12 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from runner.record import names
 from runner.results.records import rate as _rate
 from runner.results.records import size_label as _size
 from runner.results.records import status as _status
 from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
-from runner.record import names
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
 STATUSES = ("ok", "cached", "refused", "failed", "timeout")

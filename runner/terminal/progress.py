@@ -4,8 +4,14 @@ opening a second one (rich allows one live display at a time)."""
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn,
-                           TimeElapsedColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
 _shared: Optional[Progress] = None
 _forward: Optional[Callable[[tuple], None]] = None

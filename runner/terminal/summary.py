@@ -3,8 +3,8 @@
 from rich.console import Console
 from rich.markup import escape
 
-from runner.run.execute import RunOutcome
 from runner.record import names
+from runner.run.execute import RunOutcome
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
 # Tables in a log or a pipe, as wide as they need: rich clamps print(width=...) to the
