@@ -55,6 +55,17 @@ class ForwardingHandler(logging.Handler):
             self.handleError(record)
 
 
+def _quiet_after_faults(unraisable) -> None:
+    """After a device fault, CuPy's event and module destructors fail with the same sticky
+    error as the kernel and print "Exception ignored" tracebacks: the fault is already reported
+    in one line, so those are dropped; any other unraisable exception is shown as usual."""
+    from runner.job.faults import describe_fault
+
+    if unraisable.exc_value is not None and describe_fault(unraisable.exc_value):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
 def _exit_with_supervisor(supervisor_pid: int) -> None:
     """A worker whose supervisor is gone (killed with SIGKILL) ends too, kernel or not."""
     def watch():
@@ -86,6 +97,12 @@ def run_job(conn: Connection, cfg) -> bool:
         send(("phase", "setup"))
         send(("record", "tags", ({names.WORKER_PID: str(os.getpid())},)))
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
+        if cfg.check.get("sanitizer") and cfg.backend.name == "cuda":
+            # CuPy's pool hands out pieces of larger allocations, inside which compute-sanitizer
+            # sees no bound: each buffer gets a cudaMalloc of its own under the tool.
+            import cupy
+
+            cupy.cuda.set_allocator(None)
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)
         if selection:
@@ -117,6 +134,7 @@ def run_job(conn: Connection, cfg) -> bool:
 def main() -> None:
     fd, supervisor_pid = int(sys.argv[1]), int(sys.argv[2])
     _exit_with_supervisor(supervisor_pid)
+    sys.unraisablehook = _quiet_after_faults
     conn = Connection(fd)
     logging.basicConfig(level=logging.INFO, handlers=[ForwardingHandler(conn.send)])
     import runner.config.schema  # noqa: F401  (the classes a composed config unpickles into)
