@@ -154,7 +154,9 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.finish(headline=f"{tool}: no errors")
         print_sanitized(result.outcome, backend_name, tool, where)
         return 0.0  # verified and clean, but nothing was timed: no rate
-    recorder.finish(headline=headline(result.outcome.metrics))
+    gpu = result.outcome.gpu
+    unclean = f" · GPU {gpu.hygiene}" if gpu is not None and gpu.hygiene != "clean" else ""
+    recorder.finish(headline=headline(result.outcome.metrics) + unclean)
     print_summary(result.outcome, backend_name, where)
     return _rate(result.outcome.metrics)
 

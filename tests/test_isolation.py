@@ -5,6 +5,7 @@ run, never the sweep. The broken kernels are a user's folders (tests/broken_kern
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -99,15 +100,27 @@ def test_a_signal_ends_a_hung_run_within_two_seconds(tmp_path, signum, code):
                "kernel=hang_1", *USER_FOLDERS, *_store(tmp_path)]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
+    # The worker logs its device once it has the job (the run is recorded by then).
+    printed = []
+    reader = threading.Thread(target=lambda: printed.extend(process.stdout), daemon=True)
+    reader.start()
     deadline = time.monotonic() + 120
-    while not _children(process.pid) and time.monotonic() < deadline:
+    while not any("OpenCL device" in line for line in printed) and \
+            time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
-    (worker,) = _children(process.pid)
-    time.sleep(4)  # the worker's imports, the compile, then the checked launch that spins
+    workers = _children(process.pid)
+    if len(workers) != 1:
+        process.kill()
+        pytest.fail(f"no worker process: {process.communicate()[1][-3000:]}")
+    (worker,) = workers
+    time.sleep(2)  # the compile, then the checked launch that spins
     sent = time.monotonic()
     process.send_signal(signum)
-    out, err = process.communicate(timeout=30)
+    err = process.stderr.read()
+    process.wait(timeout=30)
     took = time.monotonic() - sent
+    reader.join(timeout=5)
+    out = "".join(printed)
     assert process.returncode == code, err[-3000:]
     assert took < 2.0, f"{took:.2f} s"
     assert not Path(f"/proc/{worker}").exists() or \

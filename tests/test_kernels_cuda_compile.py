@@ -1,7 +1,13 @@
 """Every CUDA kernel compiles through NVRTC for sm_90a, with registers and spills read back."""
 
 import pytest
-from conftest import CUDA_SIZE_RULES, KERNEL_NAMES, compose_config, kernel_yaml, variant_params
+from conftest import (
+    CUDA_SIZE_RULES,
+    KERNEL_NAMES,
+    compose_config,
+    kernel_yaml,
+    variant_params,
+)
 
 from runner.backends.cuda import CUDABackend
 from runner.config.spec import ProblemSize, plan_kernel

@@ -7,7 +7,12 @@ import sys
 import mlflow
 import pytest
 
-from runner.config.paths import CONF_DIR, KERNEL_PATH_VARIABLE, KERNELS_DIR, kernel_source_path
+from runner.config.paths import (
+    CONF_DIR,
+    KERNEL_PATH_VARIABLE,
+    KERNELS_DIR,
+    kernel_source_path,
+)
 from runner.errors import RunError
 
 

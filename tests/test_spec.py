@@ -3,9 +3,19 @@
 import re
 
 import pytest
-from conftest import KERNEL_NAMES, compose_config, constrained_param_combinations, kernel_yaml
+from conftest import (
+    KERNEL_NAMES,
+    compose_config,
+    constrained_param_combinations,
+    kernel_yaml,
+)
 
-from runner.config.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
+from runner.config.expressions import (
+    ArithmeticFailure,
+    ExpressionError,
+    evaluate,
+    evaluate_int,
+)
 from runner.config.spec import ProblemSize, plan_kernel
 from runner.errors import RunError
 

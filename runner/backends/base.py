@@ -27,7 +27,11 @@ class DeviceInfo:
     max_work_item_sizes: tuple[int, ...]
     compute_units: int
     compute_capability: Optional[str] = None  # CUDA only, e.g. "9.0"
-    pci_bus_id: Optional[int] = None  # to find the same GPU from CUDA (cuBLAS baseline)
+    pci_bus_id: Optional[int] = None
+    # The GPU's full PCI address as NVML writes it ("00000000:65:00.0"): the same GPU seen from
+    # OpenCL, CUDA (the cuBLAS baseline) and NVML (its clocks and power). None elsewhere.
+    pci_address: Optional[str] = None
+    uuid: Optional[str] = None  # CUDA's "GPU-…" UUID, where known
     # Largest dynamic local/shared memory a launch may ask for (CUDA: the opt-in limit above
     # the 48 KiB of static shared memory); None: local_memory_bytes.
     dynamic_local_memory_bytes: Optional[int] = None
@@ -35,6 +39,11 @@ class DeviceInfo:
     @property
     def is_nvidia_gpu(self) -> bool:
         return self.device_type == "gpu" and "nvidia" in (self.vendor + self.platform).lower()
+
+
+def pci_address(domain: int, bus: int, device: int) -> str:
+    """A GPU's PCI address as NVML and nvidia-smi write it."""
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
+from runner.backends.base import (
+    Backend,
+    CompiledProgram,
+    DeviceInfo,
+    KernelResources,
+    pci_address,
+)
 from runner.backends.nvrtc import compile_cuda
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import RunError
@@ -36,6 +42,20 @@ def hold_queue(cupy) -> None:
     if device not in _hold_kernels:
         _hold_kernels[device] = cupy.RawKernel(_HOLD_SOURCE, "gemmlab_hold_queue")
     _hold_kernels[device]((1,), (1,), (np.uint64(HOLD_NS),))
+
+
+def cuda_pci_address(props: dict) -> str:
+    return pci_address(int(props.get("pciDomainID", 0)), int(props["pciBusID"]),
+                       int(props.get("pciDeviceID", 0)))
+
+
+def cuda_uuid(props: dict) -> Optional[str]:
+    """CUDA's device UUID as NVML names it ("GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx")."""
+    raw = props.get("uuid")
+    if not raw or len(raw) != 16:
+        return None
+    text = bytes(raw).hex()
+    return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
 def gpu_count() -> int:
@@ -110,6 +130,8 @@ class CUDABackend(Backend):
             compute_units=int(props["multiProcessorCount"]),
             compute_capability=f"{props['major']}.{props['minor']}",
             pci_bus_id=int(props["pciBusID"]),
+            pci_address=cuda_pci_address(props),
+            uuid=cuda_uuid(props),
         )
 
     def device_info(self) -> DeviceInfo:

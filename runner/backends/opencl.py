@@ -13,7 +13,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 import pyopencl as cl  # runner/__init__.py has set up the drivers' environment before this
 
-from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
+from runner.backends.base import (
+    Backend,
+    CompiledProgram,
+    DeviceInfo,
+    KernelResources,
+    pci_address,
+)
 from runner.backends.build_log import first_error, pyopencl_build_log
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import BuildError, RunError
@@ -170,6 +176,14 @@ def _nvidia_pci_bus_id(device: "cl.Device") -> Optional[int]:
         return None
 
 
+def _nvidia_pci_address(device: "cl.Device") -> Optional[str]:
+    try:  # cl_nv_device_attribute_query: domain, bus and slot (the PCI device number)
+        domain = int(device.get_info(cl.device_info.PCI_DOMAIN_ID_NV))
+        return pci_address(domain, int(device.pci_bus_id_nv), int(device.pci_slot_id_nv))
+    except (cl.Error, AttributeError, ValueError):
+        return None
+
+
 def _nvidia_compute_capability(device: "cl.Device") -> Optional[str]:
     try:  # cl_nv_device_attribute_query, as CUDA's "major.minor"
         return f"{int(device.compute_capability_major_nv)}.{int(device.compute_capability_minor_nv)}"
@@ -240,6 +254,7 @@ class OpenCLBackend(Backend):
             compute_units=d.max_compute_units,
             compute_capability=_nvidia_compute_capability(d),
             pci_bus_id=_nvidia_pci_bus_id(d),
+            pci_address=_nvidia_pci_address(d),
         )
 
     def device_info(self) -> DeviceInfo:

@@ -139,6 +139,9 @@ class TimingConfig:
     timeout_s: float = 60.0
     # Seconds the compiler may take for one kernel (NVRTC or the OpenCL driver).
     compile_timeout_s: float = 120.0
+    # Refuse a number measured while another process used the GPU or its clocks were held back
+    # for heat (gpu.hygiene, NVIDIA GPUs): measure again once after a pause, then FAILED.
+    require_clean: bool = False
 
 
 class Sanitizer(Enum):

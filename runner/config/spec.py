@@ -10,7 +10,12 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
-from runner.config.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
+from runner.config.expressions import (
+    ArithmeticFailure,
+    ExpressionError,
+    evaluate,
+    evaluate_int,
+)
 from runner.config.schema import Operation
 from runner.errors import Refused, RunError
 

@@ -125,7 +125,9 @@ def _binary_kind(binary: bytes) -> str:
 def inspect_cuda(kernel: str, source: str, file_name: str, entries: list[str], defines: dict,
                  compute_capability: int, max_registers: Optional[int], target: str
                  ) -> Inspection:
-    from runner.backends.nvrtc import compile_cuda  # cached: a run's own compile is reused
+    from runner.backends.nvrtc import (
+        compile_cuda,  # cached: a run's own compile is reused
+    )
 
     output = compile_cuda(source, file_name, defines, compute_capability, max_registers)
     reported = parse_ptxas_report(output.log)

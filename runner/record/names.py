@@ -33,6 +33,15 @@ VENDOR_TF32_TIME_MS_MEDIAN = "vendor_tf32/time_ms_median"
 VENDOR_TF32_REL_ERROR = "vendor_tf32/rel_error"
 PCT_OF_VENDOR_TF32 = "perf/pct_of_vendor_tf32"
 
+# The GPU's state during the timed launches, through NVML (runner/run/gpu_state.py).
+GPU_SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # median; gpu/sm_clock_mhz_min, gpu/mem_clock_mhz…
+GPU_POWER_W = "gpu/power_w"
+GPU_TEMP_C = "gpu/temp_c"
+GPU_ENERGY_J_PER_LAUNCH = "gpu/energy_j_per_launch"
+GFLOPS_PER_WATT = "perf/gflops_per_watt"
+GBPS_PER_WATT = "bw/gbps_per_watt"
+VENDOR_GPU_PREFIX = "vendor_gpu/"  # the same during the baseline's launches
+
 # A sweep's parent: the best rate per kernel (and backend) with the size as the step.
 SERIES_GFLOPS = "gflops/"
 SERIES_GBPS = "gbps/"
@@ -76,6 +85,11 @@ TIMING_LAUNCHES = "timing.launches"
 CHECK_METHOD = "check.method"
 VENDOR_NAME = "vendor.name"
 VENDOR_TF32_NAME = "vendor_tf32.name"
+VENDOR_DEVICE = "vendor.device"  # which device the baseline ran on
+VENDOR_GPU_HYGIENE = "vendor_gpu.hygiene"
+GPU_HYGIENE = "gpu.hygiene"  # clean, shared or throttled
+GPU_HYGIENE_REASONS = "gpu.hygiene_reasons"
+GPU_CLOCK_REASONS = "gpu.clock_reasons"  # every clocks-event reason NVML reported
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
 

@@ -89,7 +89,18 @@ def ensure_store(uri: str) -> None:
     from mlflow.tracking import MlflowClient
 
     with store_lock(path):
-        MlflowClient(uri).search_experiments(max_results=1)  # creates and migrates the schema
+        if path.exists():
+            MlflowClient(uri).search_experiments(max_results=1)  # migrates an older schema
+            return
+        # A new store is made under another name and moved into place when complete: MLflow's
+        # migrations are many steps, and a Ctrl-C between two would leave a store that no
+        # later run could open.
+        partial = path.with_name(f".{path.name}.creating-{os.getpid()}")
+        try:
+            MlflowClient(f"sqlite:///{partial}").search_experiments(max_results=1)
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)
 
 
 def _check_writable(lock_path: Path, store: Path) -> None:

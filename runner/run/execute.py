@@ -5,6 +5,7 @@ Everything learnt along the way goes to the recorder at once, so a run that fail
 still recorded with what it had.
 """
 
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
@@ -12,8 +13,9 @@ from typing import Callable, Optional, Sequence
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
-from runner.errors import Refused, VerificationError
+from runner.errors import Refused, RunError, VerificationError
 from runner.record import names
+from runner.run.gpu_state import GpuState, Monitor, nvml_handle
 from runner.run.guards import guarded_alloc, guarded_upload, violation
 from runner.run.limits import (
     check_device_support,
@@ -33,6 +35,9 @@ from runner.run.operations import (
 from runner.run.timing import TimeStats, measure
 from runner.run.vendor import VendorResult, vendor_baseline
 
+log = logging.getLogger(__name__)
+CLEAN_RETRY_PAUSE_S = 10.0  # timing.require_clean: how long a busy GPU gets to settle
+
 # The stages of a run, in order, as `execute` announces them.
 PHASES = ("setup", "compile", "check", "time", "vendor")
 
@@ -47,6 +52,7 @@ class RunOutcome:
     vendor: Optional[VendorResult]
     vendor_stats: Optional[TimeStats]
     metrics: dict[str, Optional[float]]
+    gpu: Optional[GpuState] = None  # what NVML saw during the timed launches (NVIDIA GPUs)
 
     @property
     def main_resources(self) -> KernelResources:
@@ -180,6 +186,26 @@ def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, ch
     return check_result(problem.operation, problem, result, check_cfg, seed)
 
 
+def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
+                     launches: int) -> None:
+    """The GPU's clocks, power, energy and neighbours during the timed launches."""
+    if not state.sm_clock_mhz:
+        return
+    metrics.update(state.metrics())
+    power = metrics.get(names.GPU_POWER_W)
+    if state.energy_j is not None and launches:
+        metrics[names.GPU_ENERGY_J_PER_LAUNCH] = state.energy_j / launches
+    if power:
+        if plan.flops:
+            metrics[names.GFLOPS_PER_WATT] = metrics[names.GFLOPS] / power
+        else:
+            metrics[names.GBPS_PER_WATT] = metrics[names.GBPS] / power
+    recorder.metrics(metrics)
+    recorder.tags({names.GPU_HYGIENE: state.hygiene,
+                   names.GPU_HYGIENE_REASONS: state.why() or "—",
+                   names.GPU_CLOCK_REASONS: ", ".join(sorted(state.reasons)) or "none"})
+
+
 def _no_phase(phase: str) -> None:
     pass
 
@@ -242,9 +268,25 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         return RunOutcome(plan, device, resources, check, None, None, None, metrics)
     enqueue, buffers = prepared.enqueue, prepared.buffers
     on_phase("time")
-    samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
-                      f"{plan.name} on {backend.name}",
-                      backend.flush_cache if cfg.timing.flush_l2 else None)
+    gpu = nvml_handle(device.uuid, device.pci_address) if device.is_nvidia_gpu else None
+
+    def timed() -> tuple[list, GpuState]:
+        with Monitor(gpu) as state:
+            taken = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup,
+                            cfg.timing.repeats, f"{plan.name} on {backend.name}",
+                            backend.flush_cache if cfg.timing.flush_l2 else None)
+        return taken, state
+
+    samples, gpu_state = timed()
+    if cfg.timing.get("require_clean") and gpu_state.hygiene != "clean":
+        log.warning("%s: measured on a %s GPU (%s); measuring again in %g s", plan.name,
+                    gpu_state.hygiene, gpu_state.why(), CLEAN_RETRY_PAUSE_S)
+        time.sleep(CLEAN_RETRY_PAUSE_S)
+        samples, gpu_state = timed()
+        if gpu_state.hygiene != "clean":
+            raise RunError(f"{plan.name} was measured on a {gpu_state.hygiene} GPU twice "
+                           f"({gpu_state.why()}); timing.require_clean=true records no such "
+                           "number")
     metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
     stats = TimeStats.of(samples)
     seconds = stats.median * 1e-3
@@ -257,11 +299,21 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     })
     recorder.metrics(metrics)
     recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
+    record_gpu_state(recorder, metrics, gpu_state, plan, cfg.timing.warmup + len(samples))
 
     on_phase("vendor")
-    vendor = vendor_baseline(backend, plan, problem, buffers, cfg.timing, check_cfg, cfg.seed)
+    with Monitor(gpu) as vendor_gpu:
+        vendor = vendor_baseline(backend, plan, problem, buffers, cfg.timing, check_cfg,
+                                 cfg.seed)
     vendor_stats = None
     if vendor is not None:
+        if vendor_gpu.sm_clock_mhz and len(vendor_gpu.sm_clock_mhz) > 2:  # measured just now
+            metrics.update(vendor_gpu.metrics(names.VENDOR_GPU_PREFIX))
+            recorder.tags({names.VENDOR_GPU_HYGIENE: vendor_gpu.hygiene})
+        if vendor.device:
+            recorder.tags({names.VENDOR_DEVICE: vendor.device})
+        for name, value in vendor.notes.items():
+            recorder.tags({f"vendor.{name}": value})
         vendor_stats = TimeStats.of(vendor.samples_ms)
         vendor_seconds = vendor_stats.median * 1e-3
         metrics.update({
@@ -284,4 +336,5 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             })
             recorder.tags({"vendor_tf32.name": vendor.tf32.name})
         recorder.metrics(metrics)
-    return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics)
+    return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics,
+                      gpu_state if gpu is not None else None)

@@ -9,7 +9,7 @@ device-to-device copy of the same bytes, through the same backend.
 import dataclasses
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -27,11 +27,19 @@ class VendorResult:
     samples_ms: list[float]
     rel_error: Optional[float] = None  # against the same float64 reference as the kernel
     tf32: Optional["VendorResult"] = None  # cuBLAS in TF32 mode, for a tensor-core step
+    device: str = ""  # where it ran: "CUDA device 1 (00000000:65:00.0)", "host CPU"
+    notes: dict = field(default_factory=dict)  # recorded as vendor.<key> tags
 
 
 def _cuda_device_for(backend: Backend) -> Optional[int]:
-    """The CUDA id of the backend's GPU, or None when it is not an NVIDIA GPU CuPy can use."""
-    from runner.backends.cuda import gpu_count
+    """The CUDA id of the backend's own GPU, or None when it is not an NVIDIA GPU CuPy can use
+    or CUDA's GPUs cannot be told apart from it: the baseline then runs nowhere, rather than
+    on a GPU another job may hold.
+
+    An OpenCL device is matched by its full PCI address (domain, bus, device): bus numbers
+    alone repeat across the domains of one host. Where NVIDIA's OpenCL gives only the bus, it
+    must name exactly one of CUDA's GPUs."""
+    from runner.backends.cuda import cuda_pci_address, gpu_count
 
     if backend.name == "cuda":
         return backend.device_id
@@ -40,11 +48,14 @@ def _cuda_device_for(backend: Backend) -> Optional[int]:
         return None
     import cupy
 
-    wanted = info.pci_bus_id
-    for device_id in range(gpu_count()):
-        if wanted is None or cupy.cuda.runtime.getDeviceProperties(device_id)["pciBusID"] == wanted:
-            return device_id
-    return None
+    props = [cupy.cuda.runtime.getDeviceProperties(i) for i in range(gpu_count())]
+    if info.pci_address is not None:
+        found = [i for i, p in enumerate(props) if cuda_pci_address(p) == info.pci_address]
+    elif info.pci_bus_id is not None:
+        found = [i for i, p in enumerate(props) if int(p["pciBusID"]) == info.pci_bus_id]
+    else:
+        found = [0] if len(props) == 1 else []
+    return found[0] if len(found) == 1 else None
 
 
 def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup: int,
@@ -96,8 +107,32 @@ def _cublas_samples(cupy, hold_queue, A: np.ndarray, B: np.ndarray, device_id: i
         return samples, cupy.asnumpy(c)
 
 
+def blas_threads() -> int:
+    """BLAS threads the host can honour now: its cores (those this process may use) less the
+    ones other work keeps busy (the 1-minute load average, less this process's own share).
+    Threads beyond that wait on each other: a 2-core host with other work on it measured
+    numpy SGEMM at 2 GFLOPS with two threads and 185 alone."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    busy = os.getloadavg()[0] - 1.0 if hasattr(os, "getloadavg") else 0.0
+    return max(1, min(cores, cores - int(round(max(0.0, busy)))))
+
+
+NOISY_SPREAD = 0.10  # a baseline whose quartiles lie further apart than this, relative to its
+# median, is measured again; if still as noisy it is flagged and never reused
+
+
+def spread(samples: list[float]) -> float:
+    q1, median, q3 = np.percentile(samples, [25, 50, 75])
+    return float((q3 - q1) / median) if median > 0 else float("inf")
+
+
 def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup: int,
-                repeats: int) -> tuple[list[float], np.ndarray]:
+                repeats: int) -> tuple[list[float], np.ndarray, dict]:
+    """numpy's BLAS with as many threads as the host can honour, measured again once when its
+    samples are noisy; the notes say how many threads and whether it stayed noisy."""
+    from threadpoolctl import threadpool_limits
+
     out = np.empty((A.shape[0], B.shape[1]), dtype=np.float32)
 
     def once() -> float:  # host BLAS is synchronous: the host clock is its event
@@ -105,8 +140,17 @@ def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup: int,
         np.matmul(A, B, out=out)
         return (time.perf_counter() - start) * 1e3
 
-    once()
-    return measure(once, warmup, repeats, "numpy SGEMM"), out
+    threads = blas_threads()
+    with threadpool_limits(limits=threads, user_api="blas"):
+        once()
+        samples = measure(once, warmup, repeats, "numpy SGEMM")
+        if spread(samples) > NOISY_SPREAD:
+            samples = measure(once, warmup, repeats, "numpy SGEMM (again: noisy)")
+    notes = {"blas_threads": str(threads)}
+    if spread(samples) > NOISY_SPREAD:
+        notes["noisy"] = (f"quartiles {spread(samples):.0%} of the median apart, twice: the "
+                          "host is busy; this baseline is not reused")
+    return samples, out, notes
 
 
 _measured: dict[tuple, Optional[VendorResult]] = {}
@@ -124,10 +168,12 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
     key = (id(backend), operation, shape, seed, timing_cfg.warmup, timing_cfg.repeats,
            timing_cfg.flush_l2, check_cfg.full_reference_max_macs, check_cfg.sample_rows,
            check_cfg.sample_cols)
-    if key not in _measured:
-        _measured[key] = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
-                                           check_cfg, seed)
-    baseline = _measured[key]
+    baseline = _measured.get(key)
+    if baseline is None:
+        baseline = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
+                                     check_cfg, seed)
+        if baseline is None or "noisy" not in baseline.notes:  # a noisy one is never reused
+            _measured[key] = baseline
     device_id = _cuda_device_for(backend) if operation is Operation.sgemm else None
     if baseline is None or plan.precision == "fp32" or device_id is None:
         return baseline
@@ -153,19 +199,29 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
             lambda: [backend.device_copy(destination, source, nbytes)]),
             warmup, repeats, "device copy",
             backend.flush_cache if timing_cfg.flush_l2 else None)
-        return VendorResult(f"{backend.name} device-to-device copy", samples)
+        return VendorResult(f"{backend.name} device-to-device copy", samples,
+                            device="the kernel's own device")
 
     A, B = problem.inputs["A"], problem.inputs["B"]
     device_id = _cuda_device_for(backend)
+    notes = {}
     if device_id is not None:
         samples, C = cublas_sgemm(A, B, device_id, warmup, repeats, timing_cfg.flush_l2)
         name = "cuBLAS SGEMM (CuPy, TF32 off)"
+        import cupy
+
+        from runner.backends.cuda import cuda_pci_address
+
+        props = cupy.cuda.runtime.getDeviceProperties(device_id)
+        where = f"CUDA device {device_id} ({cuda_pci_address(props)})"
     elif backend.device_info().device_type == "cpu":
-        samples, C = numpy_sgemm(A, B, warmup, repeats)
+        samples, C, notes = numpy_sgemm(A, B, warmup, repeats)
         name = "numpy SGEMM (host BLAS)"
+        where = "host CPU"
     else:
         return None  # no vendor library known for this device: absent, not invented
-    return VendorResult(name, samples, _rel_error(A, B, C, check_cfg, seed))
+    return VendorResult(name, samples, _rel_error(A, B, C, check_cfg, seed), device=where,
+                        notes=notes)
 
 
 def _rel_error(A: np.ndarray, B: np.ndarray, C: np.ndarray, check_cfg, seed: int) -> float:

@@ -362,7 +362,11 @@ class SweepRecorder(Callback):
         from mlflow.tracking import MlflowClient
 
         from runner.record.store import ensure_store
-        from runner.record.tracking import _quiet_mlflow, experiment_for, provenance_tags
+        from runner.record.tracking import (
+            _quiet_mlflow,
+            experiment_for,
+            provenance_tags,
+        )
 
         tracking = config.tracking
         _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation

@@ -17,6 +17,13 @@ def _number(value, fmt: str, missing: str = "—") -> str:
     return missing if value is None else format(value, fmt)
 
 
+def gpu_note(outcome: RunOutcome) -> str:
+    """" · GPU shared: …" where the GPU was not clean during the timed launches, else ""."""
+    if outcome.gpu is None or outcome.gpu.hygiene == "clean":
+        return ""
+    return f" · [bold yellow]GPU {outcome.gpu.hygiene}[/]: {escape(outcome.gpu.why())}"
+
+
 def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     plan, metrics = outcome.plan, outcome.metrics
     size = plan.size.label(plan.operation)
@@ -35,7 +42,7 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     console.print(
         f"[bold]{plan.name}[/] · {backend_name} · {outcome.device.name} · {size} · "
         f"{outcome.stats.median:.4f} ms{launches} · [bold]{rate}[/]{vendor} · {error} · "
-        f"regs {registers}"
+        f"regs {registers}" + gpu_note(outcome)
     )
     console.print(f"  recorded: {where}")
 
