@@ -27,11 +27,17 @@ def test_hygiene_names_neighbours_before_heat_and_ignores_the_power_cap():
 
 
 def test_metrics_are_medians_and_absent_when_nothing_was_sampled():
-    state = GpuState(sm_clock_mhz=[1980, 1755, 1980], power_w=[300.0, 700.0, 650.0])
+    state = GpuState(sm_clock_mhz=[1980, 1755, 1980], energy_j=1300.0, span_s=2.0)
     metrics = state.metrics()
     assert metrics["gpu/sm_clock_mhz"] == 1980 and metrics["gpu/sm_clock_mhz_min"] == 1755
     assert metrics["gpu/power_w"] == 650.0 and metrics["gpu/temp_c"] is None
     assert all(value is None for value in GpuState().metrics().values())
+
+
+def test_energy_and_power_only_over_a_span_the_counter_can_tell():
+    assert GpuState(energy_j=0.09, span_s=0.07).power() is None  # too short: absent, not 0
+    assert GpuState(energy_j=0.0, span_s=3.0).energy() is None
+    assert GpuState(energy_j=900.0, span_s=1.5).power() == 600.0
 
 
 def test_without_a_gpu_handle_the_monitor_records_nothing():
@@ -85,7 +91,7 @@ def test_a_noisy_cpu_baseline_is_measured_again_flagged_and_never_reused(monkeyp
 @requires_cuda_gpu
 def test_a_gpu_run_says_clean_alone_and_shared_beside_another_process(tmp_path):
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    overrides = ["backend=cuda", "kernel=matmul_9", "size=4096", "timing.repeats=30",
+    overrides = ["backend=cuda", "kernel=matmul_9", "size=4096", "timing.repeats=600",
                  f"tracking.uri={store}", "tracking.inspect=false"]
     assert run(compose_config(*overrides)) > 0
     loader = subprocess.Popen([sys.executable, "-c",
@@ -103,6 +109,6 @@ def test_a_gpu_run_says_clean_alone_and_shared_beside_another_process(tmp_path):
     assert beside.data.tags["gpu.hygiene"] == "shared", beside.data.tags
     assert f"pid {loader.pid}" in beside.data.tags["gpu.hygiene_reasons"]
     for name in ("gpu/sm_clock_mhz", "gpu/power_w", "gpu/energy_j_per_launch",
-                 "perf/gflops_per_watt", "vendor_gpu/sm_clock_mhz"):
+                 "perf/gflops_per_watt", "vendor_gpu/sm_clock_mhz", "vendor_gpu/power_w"):
         assert alone.data.metrics.get(name, 0) > 0, name
     assert "shared" in beside.data.tags["mlflow.runName"]

@@ -193,8 +193,8 @@ def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
         return
     metrics.update(state.metrics())
     power = metrics.get(names.GPU_POWER_W)
-    if state.energy_j is not None and launches:
-        metrics[names.GPU_ENERGY_J_PER_LAUNCH] = state.energy_j / launches
+    if state.energy() is not None and launches:  # the timed span: gaps and holds included
+        metrics[names.GPU_ENERGY_J_PER_LAUNCH] = state.energy() / launches
     if power:
         if plan.flops:
             metrics[names.GFLOPS_PER_WATT] = metrics[names.GFLOPS] / power

@@ -16,7 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Optional
 
-SAMPLE_S = 0.01  # NVML's clock and power readings change every 10-100 ms
+SAMPLE_S = 0.01  # NVML's clock readings change every 10-100 ms
+# NVML's power reading is an average over about a second, and its energy counter moves in steps
+# (an H200 showed 0 J over 70 ms of SGEMM at 4096): energy and power are recorded only for a
+# measurement at least this long, as the energy counter's difference over its span.
+MIN_ENERGY_SPAN_S = 1.0
 
 
 @dataclass
@@ -24,10 +28,10 @@ class GpuState:
     """What NVML saw over one measurement (the kernel's timed launches, or the baseline's)."""
     sm_clock_mhz: list = field(default_factory=list)
     mem_clock_mhz: list = field(default_factory=list)
-    power_w: list = field(default_factory=list)
     temp_c: list = field(default_factory=list)
     reasons: set = field(default_factory=set)
     energy_j: Optional[float] = None  # NVML's total-energy counter, end minus start
+    span_s: float = 0.0  # how long the measurement took, host clock
     others: set = field(default_factory=set)  # pids of other processes on the GPU
 
     @property
@@ -56,8 +60,19 @@ class GpuState:
                 f"{prefix}sm_clock_mhz_min": min(self.sm_clock_mhz, default=None),
                 f"{prefix}mem_clock_mhz": median(self.mem_clock_mhz),
                 f"{prefix}mem_clock_mhz_min": min(self.mem_clock_mhz, default=None),
-                f"{prefix}power_w": median(self.power_w),
+                f"{prefix}power_w": self.power(),
                 f"{prefix}temp_c": max(self.temp_c, default=None)}
+
+    def energy(self) -> Optional[float]:
+        """Joules over the measurement, where it was long enough for the counter to tell."""
+        if self.energy_j is None or self.energy_j <= 0 or self.span_s < MIN_ENERGY_SPAN_S:
+            return None
+        return self.energy_j
+
+    def power(self) -> Optional[float]:
+        """The mean power over the measurement (its energy over its span), else None."""
+        energy = self.energy()
+        return None if energy is None else energy / self.span_s
 
 
 # NVML's clocks-event reasons, by name (nvmlClocksEventReason*).
@@ -111,6 +126,7 @@ class Monitor:
             return self.state
         self._others()
         self._energy_start = self._energy()
+        self._started = time.perf_counter()
         self._thread = threading.Thread(target=self._sample, daemon=True)
         self._thread.start()
         return self.state
@@ -121,6 +137,7 @@ class Monitor:
         self._stop.set()
         self._thread.join(timeout=2)
         end = self._energy()
+        self.state.span_s = time.perf_counter() - self._started
         if self._energy_start is not None and end is not None:
             self.state.energy_j = (end - self._energy_start) / 1000.0
         self._others()
@@ -155,7 +172,6 @@ class Monitor:
                                                                        pynvml.NVML_CLOCK_SM))
                 state.mem_clock_mhz.append(pynvml.nvmlDeviceGetClockInfo(handle,
                                                                         pynvml.NVML_CLOCK_MEM))
-                state.power_w.append(pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0)
                 state.temp_c.append(pynvml.nvmlDeviceGetTemperature(handle,
                                                                    pynvml.NVML_TEMPERATURE_GPU))
                 mask = pynvml.nvmlDeviceGetCurrentClocksEventReasons(handle)
