@@ -89,6 +89,7 @@ VENDOR_DEVICE = "vendor.device"  # which device the baseline ran on
 VENDOR_GPU_HYGIENE = "vendor_gpu.hygiene"
 GPU_HYGIENE = "gpu.hygiene"  # clean, shared or throttled
 GPU_HYGIENE_REASONS = "gpu.hygiene_reasons"
+GPU_OTHER_PROCESSES = "gpu.other_processes"  # pids with a context on the GPU, busy or not
 GPU_CLOCK_REASONS = "gpu.clock_reasons"  # every clocks-event reason NVML reported
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)

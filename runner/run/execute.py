@@ -201,6 +201,8 @@ def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
         else:
             metrics[names.GBPS_PER_WATT] = metrics[names.GBPS] / power
     recorder.metrics(metrics)
+    if state.present:
+        recorder.tags({names.GPU_OTHER_PROCESSES: ", ".join(str(p) for p in sorted(state.present))})
     recorder.tags({names.GPU_HYGIENE: state.hygiene,
                    names.GPU_HYGIENE_REASONS: state.why() or "—",
                    names.GPU_CLOCK_REASONS: ", ".join(sorted(state.reasons)) or "none"})

@@ -4,7 +4,8 @@ the clocks back, and the other processes on the GPU. Elsewhere (a CPU, another v
 every value is absent, never 0.
 
 `hygiene` sums it up: `clean`; `shared` when another process used the GPU during the
-measurement; `throttled` when the clocks were held back for heat or by the hardware. The power
+measurement (merely holding a context on it, as a parallel job's driver may, is listed but is
+not counted); `throttled` when the clocks were held back for heat or by the hardware. The power
 cap (SW_POWER_CAP) is recorded but is not counted as throttling: a large SGEMM runs against the
 cap on an H100 as a matter of course, and so does the vendor library it is compared with.
 """
@@ -32,7 +33,10 @@ class GpuState:
     reasons: set = field(default_factory=set)
     energy_j: Optional[float] = None  # NVML's total-energy counter, end minus start
     span_s: float = 0.0  # how long the measurement took, host clock
-    others: set = field(default_factory=set)  # pids of other processes on the GPU
+    # Other processes that used the GPU's SMs or memory during the measurement (NVML's
+    # per-process samples); where the driver keeps none, every other process on the GPU.
+    others: set = field(default_factory=set)
+    present: set = field(default_factory=set)  # every other process with a context on the GPU
 
     @property
     def hygiene(self) -> str:
@@ -124,6 +128,7 @@ class Monitor:
     def __enter__(self) -> GpuState:
         if self._handle is None:
             return self.state
+        self._since_us = int(time.time() * 1e6)
         self._others()
         self._energy_start = self._energy()
         self._started = time.perf_counter()
@@ -141,6 +146,8 @@ class Monitor:
         if self._energy_start is not None and end is not None:
             self.state.energy_j = (end - self._energy_start) / 1000.0
         self._others()
+        busy = self._busy()
+        self.state.others = self.state.present if busy is None else busy
 
     def _energy(self) -> Optional[float]:
         import pynvml
@@ -158,9 +165,23 @@ class Monitor:
             try:
                 for process in query(self._handle):
                     if process.pid != self._own:
-                        self.state.others.add(process.pid)
+                        self.state.present.add(process.pid)
             except Exception:  # in a container NVML may not see processes: nothing to add
                 pass
+
+    def _busy(self) -> Optional[set]:
+        """Other processes with SM or memory activity since the measurement began; None where
+        the driver keeps no per-process samples."""
+        import pynvml
+
+        try:
+            samples = pynvml.nvmlDeviceGetProcessUtilization(self._handle, self._since_us)
+        except pynvml.NVMLError as error:
+            if getattr(error, "value", None) == pynvml.NVML_ERROR_NOT_FOUND:
+                return set()  # no process had any activity
+            return None
+        return {s.pid for s in samples
+                if s.pid != self._own and (s.smUtil > 0 or s.memUtil > 0)}
 
     def _sample(self) -> None:
         import pynvml
