@@ -6,6 +6,8 @@ holds it is never reused.
 
 from typing import Optional
 
+from runner.errors import RunError
+
 # (names in the driver's, CuPy's or pyopencl's message; what the kernel did)
 _FAULTS = (
     (("ILLEGAL_ADDRESS", "IllegalAddress"), "made an illegal memory access"),
@@ -21,13 +23,21 @@ _FAULTS = (
 )
 
 
+# A launch the driver refuses for its resources is no fault: the backends say so themselves.
+_REFUSALS = {"LAUNCH_OUT_OF_RESOURCES", "LaunchOutOfResources", "OUT_OF_RESOURCES"}
+
+
 def describe_fault(error: BaseException) -> Optional[str]:
-    """What the kernel did, when `error` (or an exception it came from) is a device fault."""
+    """What the kernel did, when `error` (or an exception it came from) is a device fault.
+    A RunError's own sentence (a backend's "refused to launch …") counts only for the faults
+    that outlive the launch (an illegal address, say), not for a refused launch."""
     seen = set()
     while error is not None and id(error) not in seen:
         seen.add(id(error))
         text = f"{type(error).__name__}: {error}"
         for names, what in _FAULTS:
+            if isinstance(error, RunError) and set(names) <= _REFUSALS:
+                continue
             if any(name in text for name in names):
                 return what
         error = error.__cause__ or error.__context__

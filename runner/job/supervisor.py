@@ -130,9 +130,9 @@ def _sanitizer_worker(tool: str, backend_name: str, folder: str) -> Worker:
                        "OpenCL kernels are checked with check.sanitizer=oclgrind (on the CPU)")
     executable = shutil.which("compute-sanitizer")
     if executable is None:
-        raise RunError("check.sanitizer needs compute-sanitizer on the PATH; it comes with the "
-                       "CUDA toolkit (e.g. /usr/local/cuda/bin), or pip install "
-                       "nvidia-cuda-sanitizer-api-cu12 and add its bin folder to the PATH")
+        raise RunError(f"check.sanitizer={tool} needs NVIDIA's compute-sanitizer on the PATH; it "
+                       "comes with the CUDA toolkit: add its bin folder (e.g. /usr/local/cuda/bin)"
+                       " to the PATH")
     wrapper = (executable, "--tool", tool, "--log-file", log_path, "--print-limit", "100",
                *(("--racecheck-report", "all") if tool == "racecheck" else ()))
     return Worker(wrapper, log_path=log_path)
@@ -180,10 +180,11 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
             bars(("end",))
             if result is None or not result.reusable:
                 _discard(worker)
+    import copy
     import tempfile
 
     if tool == "oclgrind":  # the simulator is an OpenCL platform of its own
-        cfg = cfg.copy()
+        cfg = copy.deepcopy(cfg)
         cfg.backend.platform = "oclgrind"
         cfg.backend.device_type = "auto"  # Oclgrind calls its device a GPU
         cfg.backend.device = None
@@ -195,7 +196,11 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
             bars(("end",))
             worker.close()
         result.report = _read(worker.log_path)
-        return result
+    if tool == "oclgrind" and result.status == "failed" and "matches no platform" in result.reason:
+        result.reason = ("check.sanitizer=oclgrind needs the Oclgrind simulator registered as an "
+                         "OpenCL platform: pip install 'pyopencl[oclgrind]' (gemmlab's test "
+                         "extra has it)")
+    return result
 
 
 class _Relay:
