@@ -34,6 +34,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from runner.errors import RunError
 from runner.record import names
 from runner.results.records import rate as _rate
 from runner.results.records import size_label as _size
@@ -366,7 +367,13 @@ class SweepRecorder(Callback):
 
         tracking = config.tracking
         _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
-        ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
+        try:
+            ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
+        except RunError as error:  # Hydra would take it for a warning and run every job
+            from runner.terminal.summary import print_failure
+
+            print_failure(f"cannot record in MLflow at tracking.uri={tracking.uri}: {error}", None)
+            sys.exit(1)
         client = MlflowClient(tracking.uri)
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
