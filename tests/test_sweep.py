@@ -420,3 +420,10 @@ def test_a_cpu_ladder_with_a_size_counts_its_jobs_and_heads_the_cached_column(tm
     assert again.stdout.count("before (cached)") == 2
     client = MlflowClient(store)
     assert [len(children(client, p)) for p in parents(client, "transpose_ladder_cpu")] == [2, 2]
+
+
+def test_the_opencl_device_is_named_once_per_process_not_per_job(tmp_path):
+    done = sweep(tmp_path, "kernel=matmul_2", "size=16,24,32",
+                 f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    assert "3/3 jobs: 3 measured" in done.stdout
+    assert (done.stdout + done.stderr).count("OpenCL device:") == 1
