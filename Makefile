@@ -1,5 +1,7 @@
 # The seeds' users know `make build / run / inspect`; these are the same habits for gemmlab.
-PYTHON ?= python
+# The checkout's .venv when there is one (no need to activate it), else python3 on the PATH;
+# PYTHON=/path/to/python (or in the environment) picks another.
+PYTHON ?= $(if $(wildcard .venv/bin/python),.venv/bin/python,python3)
 ARGS ?=
 
 .PHONY: install run inspect ceiling test test-gpu ui sgemm-ladder transpose-ladder report seed-tables

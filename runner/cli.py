@@ -9,6 +9,8 @@ which spreads over several lines with the schema's class names, folded into one;
 raised in Hydra's own code for an override it cannot apply, such as `shape=null`), and a
 RunError raised outside a run (a sweep's tracking store that cannot be opened). Ctrl-C and
 SIGTERM end the run in progress as KILLED (runner/terminal/interrupts.py) and exit 130 and 143.
+Output into a pipe that closes early (`gemmlab --help | head`) ends the command quietly, exit
+141 (128 + SIGPIPE, as a shell reports a command killed by SIGPIPE).
 `HYDRA_FULL_ERROR=1` shows Hydra's own message and stack as before.
 """
 
@@ -88,6 +90,8 @@ def _report_errors_on_one_line() -> None:
         def guarded():
             try:
                 return func()
+            except BrokenPipeError:  # Hydra would print a stack for it
+                _stdout_closed()
             except (CompactHydraException, OmegaConfBaseException, RunError, YAMLError,
                     ValueError) as error:
                 if os.environ.get("HYDRA_FULL_ERROR") == "1":
@@ -129,12 +133,25 @@ def main() -> None:
         from runner.app import main as hydra_app
 
         hydra_app()
+    except BrokenPipeError:  # `gemmlab --help | head`: the reader has what it wanted
+        _stdout_closed()
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: the run already says KILLED
         if not getattr(interrupt, "reported", False):
             from runner.terminal.summary import print_failure
 
             print_failure(describe(interrupt), None)
         _exit_now(128 + signal_of(interrupt))
+
+
+def _stdout_closed() -> None:
+    """The reader of stdout went away: exit 141 without a traceback, and without the
+    interpreter's second complaint when it flushes stdout at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    sys.exit(141)
 
 
 def _exit_now(code: int) -> None:

@@ -8,9 +8,13 @@ import pytest
 import yaml
 from hydra import compose, initialize_config_dir
 
+from runner.backends import driver_env
 from runner.config.paths import CONF_DIR
 from runner.config.schema import register_configs
 
+# Tests import pyopencl themselves (test_timing, …): the drivers' environment first, as the
+# OpenCL backend does (the ICD loader reads its vendors once per process).
+driver_env.prepare()
 register_configs()
 
 def _step_order(name: str) -> tuple:

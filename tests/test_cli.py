@@ -79,3 +79,37 @@ def test_ui_without_a_store_is_one_line(tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().startswith("gemmlab: error: no MLflow store at")
     assert len(done.stderr.strip().splitlines()) == 1 and not (tmp_path / "none.db").exists()
+
+
+def test_help_describes_gemmlab_and_offers_only_real_backends(tmp_path):
+    done = _gemmlab("--help", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("gemmlab: "), done.stdout[:200]
+    assert "powered by Hydra" not in done.stdout
+    backends = next(line for line in done.stdout.splitlines() if line.startswith("backend:"))
+    assert backends == "backend: cuda, opencl"
+
+
+def test_a_schema_node_is_not_a_backend(tmp_path):
+    done = _gemmlab("backend=cuda_schema", "--cfg", "job", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith("gemmlab: error: ") and "cuda_schema" in done.stderr
+    assert "Available options in 'backend': cuda, opencl" in done.stderr
+
+
+@pytest.mark.parametrize("backend, key", [("cuda", "backend.devic=1"),
+                                          ("opencl", "backend.device_type=fpga")])
+def test_the_backends_are_still_checked_against_their_schema(tmp_path, backend, key):
+    done = _gemmlab(f"backend={backend}", key, "--cfg", "job", cwd=tmp_path)
+    assert done.returncode == 1
+    assert done.stderr.startswith("gemmlab: error: "), done.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(tmp_path):
+    assert GEMMLAB.is_file()
+    help_ = subprocess.Popen([str(GEMMLAB), "--help"], cwd=tmp_path, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+    help_.stdout.close()  # `| head` that has already read its lines
+    stderr = help_.stderr.read().decode()
+    assert help_.wait(timeout=120) == 141
+    assert stderr == ""

@@ -247,3 +247,78 @@ def test_no_store_or_no_sweep_is_one_line_and_writes_nothing(tmp_path):
     with pytest.raises(SystemExit, match="gemmlab: error: no sweep in"):
         report_main(["--uri", empty, "--out", str(tmp_path / "pages")])
     assert not (tmp_path / "pages").exists()
+
+
+def _synthetic_ladder(uri: str) -> list:
+    """A CUDA SGEMM ladder at 4096 as an H100 records it (no GPU needed to write the records):
+    FP32 steps under cuBLAS SGEMM, a TF32 step far above it and two 3xTF32 steps, the
+    tensor-core steps also compared with cuBLAS in TF32 mode."""
+    from runner.record.tracking import experiment_for
+
+    client = MlflowClient(uri)
+    experiment = experiment_for(uri, "synthetic_ladder")
+    steps = [("matmul_8", "fp32", 41_000.0), ("matmul_9", "fp32", 51_000.0),
+             ("matmul_10", "tf32", 128_000.0), ("matmul_11", "tf32x3", 65_000.0),
+             ("matmul_12", "tf32x3", 91_000.0)]
+    for kernel, precision, gflops in steps:
+        run = client.create_run(experiment, run_name=kernel)
+        metrics = {"perf/gflops": gflops, "vendor/gflops": 51_500.0,
+                   "perf/pct_of_vendor": 100 * gflops / 51_500.0}
+        if precision != "fp32":
+            metrics["vendor_tf32/gflops"] = 147_000.0
+        client.log_batch(
+            run.info.run_id,
+            metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()],
+            params=[Param(k, v) for k, v in {
+                "backend.name": "cuda", "kernel.name": kernel, "kernel.precision": precision,
+                "M": "4096", "N": "4096", "K": "4096"}.items()],
+            tags=[RunTag(k, v) for k, v in {
+                "gemmlab.status": "ok", "gemmlab.operation": "sgemm", "device.name": "H100",
+                "vendor.name": "cuBLAS SGEMM", "vendor_tf32.name": "cuBLAS TF32"}.items()])
+        client.set_terminated(run.info.run_id)
+    return client.search_runs([experiment])
+
+
+def test_ladder_bars_show_their_precision_and_tf32_steps_their_vendor_line(tmp_path,
+                                                                          monkeypatch):
+    import runner.results.report as report
+
+    runs = _synthetic_ladder(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    figures = []
+    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
+    report.plot_ladder("ladder", report.latest_per_cell(runs), tmp_path / "ladder.png")
+    ax = figures[0].axes[0]
+    bars = {tick.get_text(): bar for tick, bar in zip(ax.get_xticklabels(), ax.patches)}
+    assert list(bars) == ["matmul_8", "matmul_9", "matmul_10", "matmul_11", "matmul_12"]
+    looks = {kernel: (bar.get_facecolor(), bar.get_hatch() or "") for kernel, bar in bars.items()}
+    assert looks["matmul_8"] == looks["matmul_9"]
+    assert len({looks["matmul_9"], looks["matmul_10"], looks["matmul_11"]}) == 3
+    assert looks["matmul_11"] == looks["matmul_12"]
+    assert looks["matmul_10"][1], "the reduced-precision step is hatched"
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert legend == ["FP32", "TF32, reduced precision", "3xTF32, FP32-accurate",
+                      "cuBLAS SGEMM", "cuBLAS TF32"]
+    fp32_vendor = [line for line in ax.get_lines() if line.get_label() == "cuBLAS SGEMM"]
+    assert fp32_vendor and fp32_vendor[0].get_ydata()[0] == pytest.approx(51_500.0)
+    tf32_vendor = [c for c in ax.collections if c.get_label() == "cuBLAS TF32"]
+    segments = [segment for c in tf32_vendor for segment in c.get_segments()]
+    assert len(segments) == 1, "one line across the three tensor-core steps"
+    (x0, y0), (x1, y1) = segments[0]
+    assert y0 == y1 == pytest.approx(147_000.0)
+    assert x0 < 2 < 4 < x1 and x0 > 1, "from matmul_10 to matmul_12, not over the FP32 steps"
+    assert ax.get_ylim()[1] > 147_000.0
+
+
+def test_an_fp32_ladder_draws_no_tf32_line(tmp_path, monkeypatch):
+    import runner.results.report as report
+
+    runs = [r for r in _synthetic_ladder(f"sqlite:///{tmp_path / 'mlflow.db'}")
+            if r.data.params["kernel.precision"] == "fp32"]
+    figures = []
+    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
+    report.plot_ladder("ladder", report.latest_per_cell(runs), tmp_path / "ladder.png")
+    ax = figures[0].axes[0]
+    assert not ax.collections
+    assert [text.get_text() for text in ax.get_legend().get_texts()] == ["FP32", "cuBLAS SGEMM"]
+    assert build_report(runs, "fp32 only", tmp_path / "page", "sqlite:///x.db")[2].name == \
+        "fp32-only-ladder.png"

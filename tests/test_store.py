@@ -11,7 +11,7 @@ import pytest
 from test_bad_inputs_cli import gemmlab, one_error_line
 
 from runner.errors import RunError
-from runner.record.store import store_lock
+from runner.record.store import check_scheme, store_lock
 
 # A folder nobody can create files in, root included (the tests run as root here, so a
 # chmod-ed folder would still be writable).
@@ -85,3 +85,30 @@ def test_an_unwritable_store_folder_is_one_line_from_the_command_line(tmp_path):
     one_error_line(done, f"cannot record in MLflow at tracking.uri={uri}",
                    "cannot write in /proc, the folder of the sqlite store")
     assert elapsed < 15, f"{elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("uri, suggested", [("mlflow.db", "sqlite:///mlflow.db"),
+                                            ("runs/sgemm.db", "sqlite:///runs/sgemm.db"),
+                                            ("./runs", "sqlite:///mlflow.db")])
+def test_a_uri_without_a_scheme_is_refused_with_the_sqlite_form(uri, suggested):
+    with pytest.raises(RunError, match="no scheme") as refused:
+        check_scheme(uri)
+    assert f"tracking.uri={suggested}," in str(refused.value)
+
+
+@pytest.mark.parametrize("uri", ["sqlite:///mlflow.db", "sqlite:////abs/x.db",
+                                 "http://host:5000", "https://host", "file:///tmp/runs",
+                                 "databricks"])
+def test_a_uri_with_a_scheme_passes(uri):
+    check_scheme(uri)
+
+
+@pytest.mark.parametrize("sweep", [False, True])
+def test_a_uri_without_a_scheme_is_one_line_and_writes_no_store(tmp_path, sweep):
+    prefix = ("-m", "runner", "-m") if sweep else ("-m", "runner")
+    done = gemmlab(tmp_path, "tracking.uri=mlflow.db", "size=32,48" if sweep else "size=32",
+                   prefix=prefix, timeout=120)
+    one_error_line(done, "cannot record in MLflow at tracking.uri=mlflow.db",
+                   "tracking.uri=sqlite:///mlflow.db")
+    assert "deprecat" not in done.stderr.replace("a store it has deprecated", "")
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()

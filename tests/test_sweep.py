@@ -364,3 +364,66 @@ def test_a_sweep_that_starts_no_job_is_one_line_and_records_nothing(tmp_path, ov
     if database.exists():
         with sqlite3.connect(database) as connection:
             assert connection.execute("select count(*) from runs").fetchone() == (0,)
+
+
+def _hydras_own_count(cfg) -> int:
+    """The number of jobs Hydra's BasicSweeper makes of this config and command line."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    texts = [f"{k}={v}" for k, v in cfg.hydra.sweeper.params.items()]
+    texts += list(cfg.hydra.overrides.task)
+    (batch,) = BasicSweeper.split_arguments(OverridesParser.create().parse_overrides(texts), None)
+    return len(batch)
+
+
+@pytest.mark.parametrize("task", [
+    ["+experiment=sgemm_ladder", "~shape", "size=96"],     # ~shape keeps the shape list
+    ["+experiment=sgemm_ladder", "shape=square_1024"],     # a fixed value replaces it
+    ["+experiment=sgemm_ladder", "shape=square_1024,square_2048", "seed=1,2"],
+    ["+experiment=sgemm_ladder_cpu", "size=96"],
+    ["+experiment=sgemm_ladder_cpu", "size=64,96", "kernel=matmul_1,matmul_2"],
+    ["+experiment=transpose_ladder_cpu"],
+])
+def test_the_expected_job_count_is_what_hydra_launches(task):
+    preset = next(t for t in task if t.startswith("+experiment="))
+    cfg = compose_config(preset, *[t for t in task if t != preset and "," not in t
+                                   and not t.startswith("~")], with_hydra=True)
+    cfg.hydra.overrides.task = task
+    assert expected_jobs(cfg) == _hydras_own_count(cfg)
+    if "~shape" in task:  # what the sweep's parent records as swept: the shapes too
+        assert expected_jobs(cfg) == 72 and "shape" in sweep_definition(cfg)
+
+
+@pytest.mark.parametrize("preset", ["sgemm_ladder_cpu", "transpose_ladder_cpu"])
+def test_the_cpu_presets_sweep_portable_steps_at_small_sizes_on_the_cpu(preset):
+    from conftest import PORTABLE_KERNELS
+
+    cfg = compose_config(f"+experiment={preset}", with_hydra=True)
+    kernels = str(cfg.hydra.sweeper.params.kernel).split(",")
+    assert kernels and set(kernels) <= set(PORTABLE_KERNELS)
+    assert max(int(s) for s in str(cfg.hydra.sweeper.params.size).split(",")) <= 2048
+    assert cfg.backend.device_type.value == "cpu" and cfg.timing.repeats <= 10
+    assert cfg.tracking.experiment == preset
+
+
+def test_a_cpu_ladder_with_a_size_counts_its_jobs_and_heads_the_cached_column(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    points = ["+experiment=transpose_ladder_cpu", "kernel=copy_1,transpose_1", "size=32",
+              f"tracking.uri={store}"]
+    first = sweep(tmp_path, *points)
+    assert "2/2 jobs: 2 measured" in first.stdout
+    again = sweep(tmp_path, *points)
+    assert "2/2 jobs: 0 measured, 2 cached" in again.stdout
+    header = next(line for line in again.stdout.splitlines() if "% of vendor" in line)
+    assert header.rstrip(" ┃│").endswith("measured")
+    assert again.stdout.count("before (cached)") == 2
+    client = MlflowClient(store)
+    assert [len(children(client, p)) for p in parents(client, "transpose_ladder_cpu")] == [2, 2]
+
+
+def test_the_opencl_device_is_named_once_per_process_not_per_job(tmp_path):
+    done = sweep(tmp_path, "kernel=matmul_2", "size=16,24,32",
+                 f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
+    assert "3/3 jobs: 3 measured" in done.stdout
+    assert (done.stdout + done.stderr).count("OpenCL device:") == 1

@@ -5,16 +5,14 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from runner.backends.base import (
-    Backend,
-    CompiledProgram,
-    DeviceInfo,
-    KernelResources,
-    pci_address,
-)
+from runner.backends import driver_env
+from runner.backends.base import (Backend, CompiledProgram, DeviceInfo, KernelResources,
+                                  pci_address)
 from runner.backends.nvrtc import compile_cuda
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import RunError
+
+driver_env.prepare()  # CUDA_CACHE_DISABLE before CuPy first initialises the driver
 
 # cuBLAS must do plain FP32 arithmetic for the baseline: CuPy uses TF32 only when this is "1".
 os.environ["CUPY_TF32"] = "0"

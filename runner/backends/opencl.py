@@ -11,18 +11,16 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
-import pyopencl as cl  # runner/__init__.py has set up the drivers' environment before this
 
-from runner.backends.base import (
-    Backend,
-    CompiledProgram,
-    DeviceInfo,
-    KernelResources,
-    pci_address,
-)
+from runner.backends import driver_env
+from runner.backends.base import (Backend, CompiledProgram, DeviceInfo, KernelResources,
+                                  pci_address)
 from runner.backends.build_log import first_error, pyopencl_build_log
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import BuildError, RunError
+
+driver_env.prepare()  # before pyopencl can ask the ICD loader for platforms: it reads them once
+import pyopencl as cl  # noqa: E402
 
 log = logging.getLogger(__name__)
 

@@ -200,7 +200,9 @@ class Config:
 
 
 def register_configs() -> None:
+    # The backends' schemas are stored outside the `backend` group, so they are not backends a
+    # user can choose: conf/backend/<name>.yaml extends one with `- /<name>_schema@_here_`.
     store = ConfigStore.instance()
     store.store(name="gemmlab_schema", node=Config)
-    store.store(group="backend", name="opencl_schema", node=OpenCLConfig)
-    store.store(group="backend", name="cuda_schema", node=CUDAConfig)
+    store.store(name="opencl_schema", node=OpenCLConfig)
+    store.store(name="cuda_schema", node=CUDAConfig)

@@ -24,6 +24,10 @@ from multiprocessing.connection import Connection
 
 log = logging.getLogger("runner")
 
+# The OpenCL devices this process has named in the log (how it was chosen): once each, not
+# once per job of a sweep (each run records its device in its tags).
+_devices_named: set = set()
+
 
 class ForwardingRecorder:
     """The recorder `execute` writes to, in the worker: each call goes to the supervisor's."""
@@ -105,9 +109,10 @@ def run_job(conn: Connection, cfg) -> bool:
             cupy.cuda.set_allocator(None)
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)
-        if selection:
-            log.info("OpenCL device: %s on %s: %s", backend.device_info().name,
-                     backend.device_info().platform, selection)
+        device = selection and (backend.device_info().name, backend.device_info().platform)
+        if selection and device not in _devices_named:  # once per process and device
+            _devices_named.add(device)
+            log.info("OpenCL device: %s on %s: %s", *device, selection)
         send(("key", measurement_key(cfg, backend, plan)))
         if conn.recv() == "reuse":
             send(("cached",))

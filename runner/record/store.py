@@ -65,13 +65,27 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(path).resolve() if path and path != ":memory:" else None
 
 
+def check_scheme(uri: str) -> None:
+    """A RunError for a tracking URI without a scheme (`mlflow.db`, `./runs`): MLflow would take
+    it for a folder of files, a store it has deprecated, and say so over many lines. Refused
+    rather than guessed: `mlflow.db` could mean a database or a folder named so."""
+    if urlparse(uri).scheme or uri == "databricks":
+        return
+    suggestion = f"sqlite:///{uri}" if uri.endswith(".db") else "sqlite:///mlflow.db"
+    raise RunError(f"no scheme: MLflow would take '{uri}' for a folder of files, a store it has "
+                   f"deprecated; allowed: a database file, tracking.uri={suggestion}, or a "
+                   "server, tracking.uri=http://host:5000")
+
+
 @functools.lru_cache(maxsize=None)
 def ensure_store(uri: str) -> None:
     """Open (create or upgrade) the store at `uri` once per process, safely across processes.
 
     A server (http://) or another database owns its own schema: it is only checked to answer,
     so that a server that is down fails the run in seconds rather than after MLflow's retries.
+    A URI without a scheme is refused (check_scheme).
     """
+    check_scheme(uri)
     if uri.startswith(("http://", "https://")):
         for name, value in HTTP_DEFAULTS.items():
             os.environ.setdefault(name, value)

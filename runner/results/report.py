@@ -364,16 +364,19 @@ def _largest_common_size(cells: dict) -> Optional[str]:
 
 def _bar_labels(ax, bars, labels, fontsize=8, inside_above=None):
     """A label on each bar: above it, or inside its top (white) when the bar is taller than
-    `inside_above`, so that a line drawn across the bars near their tops cannot cover it."""
+    `inside_above`, so that a line drawn across the bars near their tops cannot cover it; on a
+    hatched bar, over a patch of the bar's own colour."""
     for bar, label in zip(bars, labels):
         if not label:
             continue
         inside = inside_above is not None and bar.get_height() > inside_above
+        box = dict(facecolor=bar.get_facecolor(), edgecolor="none", pad=1.0) \
+            if inside and bar.get_hatch() else None
         ax.annotate(label, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                     xytext=(0, -3 if inside else 2), textcoords="offset points", ha="center",
                     va="top" if inside else "bottom", fontsize=fontsize,
                     color="white" if inside else "black",
-                    fontweight="bold" if inside else "normal")
+                    fontweight="bold" if inside else "normal", bbox=box)
 
 
 def _thousands(ax):
@@ -386,8 +389,35 @@ def _pct(run) -> str:
     return "" if pct is None else f"{pct:.0f}%"
 
 
+# A bar's look by what its arithmetic is (the run's kernel.precision param): colour, hatching,
+# legend label. A reduced-precision step must not pass for an FP32 one beside the FP32 vendor.
+PRECISION_STYLE = {
+    "fp32": ("tab:blue", "", "FP32"),
+    "tf32": ("tab:orange", "//", "TF32, reduced precision"),
+    "tf32x3": ("tab:green", "xx", "3xTF32, FP32-accurate"),
+}
+
+
+def _precision_style(run) -> tuple[str, str, str]:
+    precision = run.data.params.get(names.KERNEL_PRECISION, "fp32")
+    return PRECISION_STYLE.get(precision, ("tab:gray", "..", precision))
+
+
+def _runs_of_positions(positions: list[int]) -> list[tuple[int, int]]:
+    """Consecutive positions as (first, last) pairs: [9, 10, 11] -> [(9, 11)]."""
+    spans: list[tuple[int, int]] = []
+    for position in positions:
+        if spans and position == spans[-1][1] + 1:
+            spans[-1] = (spans[-1][0], position)
+        else:
+            spans.append((position, position))
+    return spans
+
+
 def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
-    """The ladder as bars at the largest common size, % of vendor on each, the vendor dashed."""
+    """The ladder as bars at the largest common size, % of vendor on each, the vendor dashed.
+    SGEMM bars are coloured and hatched by precision (legend); where steps were also compared
+    with cuBLAS in TF32 mode, its line is drawn across those steps only."""
     panels = []
     for backend, device, is_gemm, cells in _panels(table):
         size = _largest_common_size(cells)
@@ -400,18 +430,42 @@ def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
     fig, axes = _grid(len(panels), width, 4.8)
     for ax, (backend, device, is_gemm, size, runs) in zip(axes, panels):
         kernels = sorted(runs, key=_step_key)
-        bars = ax.bar(range(len(kernels)), [_rate(runs[k]) for k in kernels], color="tab:blue")
+        styles = [_precision_style(runs[k]) if is_gemm else PRECISION_STYLE["fp32"]
+                  for k in kernels]
+        bars = ax.bar(range(len(kernels)), [_rate(runs[k]) for k in kernels],
+                      color=[colour for colour, _, _ in styles], edgecolor="white")
+        for bar, (_, hatch, _) in zip(bars, styles):
+            bar.set_hatch(hatch)
         vendor = [_vendor_rate(r) for r in runs.values() if _vendor_rate(r)]
-        top = max([_rate(runs[k]) for k in kernels] + vendor)
+        tf32_at = [i for i, k in enumerate(kernels)
+                   if runs[k].data.metrics.get(names.VENDOR_TF32_GFLOPS)] if is_gemm else []
+        tf32 = [runs[kernels[i]].data.metrics[names.VENDOR_TF32_GFLOPS] for i in tf32_at]
+        top = max([_rate(runs[k]) for k in kernels] + vendor + tf32)
         _bar_labels(ax, bars, [_pct(runs[k]) for k in kernels], inside_above=0.12 * top)
+        legend = [Patch(facecolor=colour, hatch=hatch, edgecolor="white", label=label)
+                  for colour, hatch, label in dict.fromkeys(styles)] if is_gemm else []
         if vendor:
             name = runs[kernels[0]].data.tags.get(names.VENDOR_NAME, "vendor")
-            ax.axhline(_median(vendor), color="k", linestyle="--", linewidth=1.5)
+            line = ax.axhline(_median(vendor), color="k", linestyle="--", linewidth=1.5,
+                              label=name if is_gemm else "device copy")
+            legend.append(line)
             # Named just above the line at the left, where a ladder's first bars are low.
             ax.annotate(f"{name if is_gemm else 'device copy'}: {_fmt_rate(_median(vendor))}",
                         (-0.4, _median(vendor)), xytext=(0, 2), textcoords="offset points",
                         ha="left", va="bottom", fontsize=8)
-        ax.set_ylim(0, top * 1.12)
+        if tf32:  # cuBLAS in TF32 mode, over the steps it was measured for
+            name = runs[kernels[tf32_at[0]]].data.tags.get(names.VENDOR_TF32_NAME,
+                                                          "cuBLAS TF32")
+            for first, last in _runs_of_positions(tf32_at):
+                line = ax.hlines(_median(tf32), first - 0.45, last + 0.45, colors="tab:red",
+                                 linestyles=":", linewidth=2.0, label=name)
+            legend.append(line)
+            ax.annotate(f"{name}: {_fmt_rate(_median(tf32))}", (tf32_at[-1] + 0.45, _median(tf32)),
+                        xytext=(0, 2), textcoords="offset points", ha="right", va="bottom",
+                        fontsize=8, color="tab:red")
+        if is_gemm and legend:
+            ax.legend(handles=legend, loc="upper left", fontsize=7, framealpha=0.9)
+        ax.set_ylim(0, top * (1.3 if is_gemm else 1.12))  # room for the legend over low bars
         _thousands(ax)
         ax.set_xticks(range(len(kernels)))
         ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0, ha="right"

@@ -34,6 +34,7 @@ from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from runner.errors import RunError
 from runner.record import names
 from runner.results.records import rate as _rate
 from runner.results.records import size_label as _size
@@ -58,23 +59,31 @@ def current_parent_run_id() -> Optional[str]:
     return os.environ.get(PARENT_ENV) if in_sweep() else None
 
 
-def sweep_definition(config: DictConfig) -> dict[str, str]:
-    """What is swept, as `key -> values`: the sweeper's params (an experiment's, or the Optuna
-    search space) with the command line's sweep overrides on top."""
+def _sweep_overrides(config: DictConfig) -> list:
+    """The overrides the sweeper expands, in its order and as it keys them (Hydra's
+    BasicSweeper.split_arguments): the sweeper's params, then the command line's overrides; a
+    later override replaces an earlier one only under the same key, prefix included, so
+    `shape=square_1024` replaces an experiment's `shape` list and `~shape` does not (each job
+    then takes a shape from the list and deletes it: the list's length in identical jobs)."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    definition = {}
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
-    for key, value in params.items():
-        definition[str(key)] = str(value)
-    parsed = OverridesParser.create().parse_overrides(list(config.hydra.overrides.task))
-    for override in parsed:
-        key, _, values = override.input_line.partition("=")
-        key = key.lstrip("+~")
+    texts = [f"{key}={value}" for key, value in params.items()]
+    texts += list(config.hydra.overrides.task)
+    final = {}
+    for override in OverridesParser.create().parse_overrides(texts):
+        final[override.get_key_element()] = override
+    return list(final.values())
+
+
+def sweep_definition(config: DictConfig) -> dict[str, str]:
+    """What is swept, as `key -> values`: the sweeper's params (an experiment's, or the Optuna
+    search space) with the command line's overrides on top, as the sweeper combines them."""
+    definition = {}
+    for override in _sweep_overrides(config):
         if override.is_sweep_override():
-            definition[key] = values
-        else:  # a value fixed on the command line replaces the sweeper's list for that key
-            definition.pop(key, None)
+            key, _, values = override.input_line.partition("=")
+            definition[key.lstrip("+~")] = values
     return definition
 
 
@@ -83,12 +92,9 @@ def expected_jobs(config: DictConfig) -> Optional[int]:
     trials = OmegaConf.select(config, "hydra.sweeper.n_trials")
     if trials is not None:  # the Optuna sweeper
         return int(trials)
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    texts = [f"{key}={value}" for key, value in sweep_definition(config).items()]
     try:
         total = 1
-        for override in OverridesParser.create().parse_overrides(texts):
+        for override in _sweep_overrides(config):
             if override.is_sweep_override():
                 total *= len(list(override.sweep_string_iterator()))
         return total
@@ -327,14 +333,15 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
     any_cached = any(_status(run) == "cached" for run in summary.best.values())
     columns = [("kernel", "left"), ("size", "left"), ("backend", "left"), ("device", "left"),
                ("tiling", "left"), ("rate", "right"), ("% of vendor", "right")]
-    for column, justify in columns + ([("", "left")] if any_cached else []):
+    # With any cached row, a column says which rows this sweep measured and which it copied.
+    for column, justify in columns + ([("measured", "left")] if any_cached else []):
         table.add_column(column, justify=justify, no_wrap=column != "tiling")
     for (kernel, size, backend, device), run in summary.ordered_best():
         pct = run.data.metrics.get(names.PCT_OF_VENDOR)
         row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
                "—" if pct is None else f"{pct:.1f}%"]
-        table.add_row(*row, *(["cached" if _status(run) == "cached" else ""] if any_cached
-                              else []))
+        table.add_row(*row, *([("before (cached)" if _status(run) == "cached" else "now")]
+                              if any_cached else []))
     if summary.best:  # in a log or a pipe, as wide as the table needs rather than 80 columns
         (console if console.is_terminal else log_console).print(table)
     console.print(summary.counts_line(expected) + (
@@ -370,7 +377,13 @@ class SweepRecorder(Callback):
 
         tracking = config.tracking
         _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
-        ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
+        try:
+            ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
+        except RunError as error:  # Hydra would take it for a warning and run every job
+            from runner.terminal.summary import print_failure
+
+            print_failure(f"cannot record in MLflow at tracking.uri={tracking.uri}: {error}", None)
+            sys.exit(1)
         client = MlflowClient(tracking.uri)
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
