@@ -15,11 +15,17 @@ TIME_MS_MIN = "time_ms/min"
 TIME_MS_MAX = "time_ms/max"
 TIME_MS_Q1 = "time_ms/q1"
 TIME_MS_Q3 = "time_ms/q3"
+# The samples behind the median: their count, and the relative half-width of the median's 95%
+# interval (runner/run/timing.py, median_noise); the adaptive mode stops on the latter.
+TIME_NOISE = "time/noise"
+TIME_SAMPLES = "time/samples"
 KERNEL_WORK_S = "time_s/kernel_work"  # the checked launch and the timing: a job's own work
 VENDOR_GFLOPS = "vendor/gflops"
 VENDOR_GBPS = "vendor/gbps"
 VENDOR_TIME_MS_MEDIAN = "vendor/time_ms_median"
 VENDOR_REL_ERROR = "vendor/rel_error"
+VENDOR_TIME_NOISE = "vendor/time_noise"
+VENDOR_TIME_SAMPLES = "vendor/time_samples"
 CHECK_REL_ERROR = "check/rel_error"
 CHECK_PASSED = "check/passed"
 CHECK_ERROR_VS_VENDOR = "check/error_vs_vendor"
@@ -49,9 +55,17 @@ SEED = "seed"
 TIMING_WARMUP = "timing.warmup"
 TIMING_REPEATS = "timing.repeats"
 TIMING_FLUSH_L2 = "timing.flush_l2"
+TIMING_TARGET_NOISE = "timing.target_noise"  # these three only where the adaptive mode is on
+TIMING_MIN_TIME_S = "timing.min_time_s"
+TIMING_MAX_TIME_S = "timing.max_time_s"
 CHECK_TOLERANCE = "check.tolerance"
 SWEEP_PARAM_PREFIX = "sweep."  # a sweep's parent: sweep.<key> = its values
 SWEEP_EXPECTED_JOBS = "sweep.expected_jobs"
+
+# ---------------------------------------------------------------- artifacts
+SAMPLES_ARTIFACT = "timing/samples_ms.txt"  # the kernel's timed samples, one a line
+VENDOR_SAMPLES_ARTIFACT = "timing/vendor_samples_ms.txt"  # the vendor baseline's
+VENDOR_TF32_SAMPLES_ARTIFACT = "timing/vendor_tf32_samples_ms.txt"
 
 # ---------------------------------------------------------------- tags
 STATUS = "gemmlab.status"  # ok, cached, refused, failed, timeout, killed

@@ -30,7 +30,7 @@ from runner.run.operations import (
     make_problem,
     operation_floats,
 )
-from runner.run.timing import TimeStats, measure
+from runner.run.timing import Repetitions, TimeStats, measure
 from runner.run.vendor import VendorResult, vendor_baseline
 
 # The stages of a run, in order, as `execute` announces them.
@@ -180,6 +180,15 @@ def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, ch
     return check_result(problem.operation, problem, result, check_cfg, seed)
 
 
+def samples_text(samples_ms) -> str:
+    """Timed samples as an artifact: one per line, in milliseconds, in the order taken."""
+    return "".join(f"{sample:.6f}\n" for sample in samples_ms)
+
+
+def _finite(value: float) -> Optional[float]:
+    return value if value == value and abs(value) != float("inf") else None
+
+
 def _no_phase(phase: str) -> None:
     pass
 
@@ -242,8 +251,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         return RunOutcome(plan, device, resources, check, None, None, None, metrics)
     enqueue, buffers = prepared.enqueue, prepared.buffers
     on_phase("time")
-    samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup, cfg.timing.repeats,
-                      f"{plan.name} on {backend.name}",
+    samples = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup,
+                      Repetitions.of(cfg.timing), f"{plan.name} on {backend.name}",
                       backend.flush_cache if cfg.timing.flush_l2 else None)
     metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
     stats = TimeStats.of(samples)
@@ -252,11 +261,12 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         names.TIME_MS_MEDIAN: stats.median, names.TIME_MS_MEAN: stats.mean,
         names.TIME_MS_MIN: stats.min,
         names.TIME_MS_MAX: stats.max, names.TIME_MS_Q1: stats.q1, names.TIME_MS_Q3: stats.q3,
+        names.TIME_NOISE: _finite(stats.noise), names.TIME_SAMPLES: float(stats.repeats),
         names.GFLOPS: plan.flops / seconds / 1e9 if plan.flops else None,
         names.GBPS: plan.min_bytes / seconds / 1e9,
     })
     recorder.metrics(metrics)
-    recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
+    recorder.text(samples_text(samples), names.SAMPLES_ARTIFACT)
 
     on_phase("vendor")
     vendor = vendor_baseline(backend, plan, problem, buffers, cfg.timing, check_cfg, cfg.seed)
@@ -269,11 +279,14 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             names.VENDOR_GFLOPS: plan.flops / vendor_seconds / 1e9 if plan.flops else None,
             names.VENDOR_GBPS: plan.min_bytes / vendor_seconds / 1e9,
             names.VENDOR_REL_ERROR: vendor.rel_error,
+            names.VENDOR_TIME_NOISE: _finite(vendor_stats.noise),
+            names.VENDOR_TIME_SAMPLES: float(vendor_stats.repeats),
             names.PCT_OF_VENDOR: 100.0 * vendor_stats.median / stats.median,
         })
         if vendor.rel_error and metrics.get(names.CHECK_REL_ERROR) is not None:
             metrics[names.CHECK_ERROR_VS_VENDOR] = metrics[names.CHECK_REL_ERROR] / vendor.rel_error
         recorder.tags({names.VENDOR_NAME: vendor.name})
+        recorder.text(samples_text(vendor.samples_ms), names.VENDOR_SAMPLES_ARTIFACT)
         if vendor.tf32 is not None:  # a TF32 step against the library in the same mode
             tf32_median = TimeStats.of(vendor.tf32.samples_ms).median
             metrics.update({
@@ -283,5 +296,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                 names.PCT_OF_VENDOR_TF32: 100.0 * tf32_median / stats.median,
             })
             recorder.tags({"vendor_tf32.name": vendor.tf32.name})
+            recorder.text(samples_text(vendor.tf32.samples_ms),
+                          names.VENDOR_TF32_SAMPLES_ARTIFACT)
         recorder.metrics(metrics)
     return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics)
