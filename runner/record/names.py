@@ -19,7 +19,10 @@ TIME_MS_Q3 = "time_ms/q3"
 # interval (runner/run/timing.py, median_noise); the adaptive mode stops on the latter.
 TIME_NOISE = "time/noise"
 TIME_SAMPLES = "time/samples"
-KERNEL_WORK_S = "time_s/kernel_work"  # the checked launch and the timing: a job's own work
+KERNEL_WORK_S = "time_s/kernel_work"
+# The median SM clock during the timed samples (NVML, runner/run/gpu_state.py; NVIDIA GPUs only):
+# `gemmlab compare` scales times by it before calling a difference SLOWER or FASTER.
+SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # the checked launch and the timing: a job's own work
 VENDOR_GFLOPS = "vendor/gflops"
 VENDOR_GBPS = "vendor/gbps"
 VENDOR_TIME_MS_MEDIAN = "vendor/time_ms_median"
@@ -62,6 +65,11 @@ CHECK_TOLERANCE = "check.tolerance"
 SWEEP_PARAM_PREFIX = "sweep."  # a sweep's parent: sweep.<key> = its values
 SWEEP_EXPECTED_JOBS = "sweep.expected_jobs"
 
+# `gemmlab compare --log`: a run of its own in the experiment COMPARE_EXPERIMENT.
+COMPARE_PAIRS = "compare/pairs"
+COMPARE_COUNT_PREFIX = "compare/"  # + faster, slower, same, unclear: how many pairs each
+COMPARE_GEOMEAN_SPEEDUP = "compare/geomean_speedup"
+
 # ---------------------------------------------------------------- artifacts
 SAMPLES_ARTIFACT = "timing/samples_ms.txt"  # the kernel's timed samples, one a line
 VENDOR_SAMPLES_ARTIFACT = "timing/vendor_samples_ms.txt"  # the vendor baseline's
@@ -92,6 +100,17 @@ VENDOR_NAME = "vendor.name"
 VENDOR_TF32_NAME = "vendor_tf32.name"
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
+
+# `gemmlab compare --log`: its runs live in an experiment of their own (never among the data a
+# report reads), tagged gemmlab.compare = "true", with the two selectors and its table.
+COMPARE_EXPERIMENT = "gemmlab-compare"
+COMPARE = "gemmlab.compare"
+COMPARE_A = "compare.a"  # params: the selectors as given, and the settings
+COMPARE_B = "compare.b"
+COMPARE_PAIR_BY = "compare.pair_by"
+COMPARE_MIN_EFFECT = "compare.min_effect"
+COMPARE_ALPHA = "compare.alpha"
+COMPARE_ARTIFACT = "compare.md"
 
 # A sweep's parent run: gemmlab.sweep = "true", and gemmlab.sweep.<what> for the rest.
 SWEEP = "gemmlab.sweep"
