@@ -36,8 +36,16 @@ from typing import Callable, Optional
 from runner.record import names
 from runner.results import records
 from runner.results import runs as recorded
-from runner.results.verdict import FASTER, SAME, SLOWER, UNCLEAR, VERDICTS, Thresholds, Verdict, \
-    judge
+from runner.results.verdict import (
+    FASTER,
+    SAME,
+    SLOWER,
+    UNCLEAR,
+    VERDICTS,
+    Thresholds,
+    Verdict,
+    judge,
+)
 
 PAIR_FIELDS = ("kernel", "params", "size", "backend", "device")
 _STATUS_COLOURS = {FASTER: "green", SLOWER: "red", SAME: "", UNCLEAR: "yellow"}
@@ -419,9 +427,11 @@ def pair_fields(text: str) -> tuple:
     return fields
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "python -m runner.compare") -> int:
+    """The command (`prog` names it in usage lines: `gemmlab compare` from the console script);
+    the exit status: 1 where --fail-on-slower finds a pair slower, else 0."""
     parser = argparse.ArgumentParser(
-        prog="python -m runner.compare", description=__doc__.splitlines()[0],
+        prog=prog, description=__doc__.splitlines()[0],
         epilog="Verdicts: FASTER/SLOWER where Mann-Whitney's U finds a difference (p < --alpha) "
                "beyond --min-effect; SAME where the 95% interval of the speed ratio is inside "
                "±--min-effect; UNCLEAR otherwise, or where the SM clocks explain it.")
@@ -451,7 +461,7 @@ def main(argv=None) -> int:
     a, b = resolve(mlflow_client, args.a, ids), resolve(mlflow_client, args.b, ids)
     comparison = compare(mlflow_client, a, b, args.pair_by, thresholds)
     print_table(comparison)
-    command = "python -m runner.compare " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = f"{prog} " + shlex.join(argv if argv is not None else sys.argv[1:])
     page = markdown(comparison, command, args.uri)
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
