@@ -128,6 +128,13 @@ class CUDAConfig:
 class TimingConfig:
     warmup: int = 5  # untimed launches after the checked one
     repeats: int = 20  # timed launches; the median is the headline number
+    # Adaptive repetitions (null: off, `repeats` samples): sample until the median is known to
+    # within this fraction (0.005: ±0.5%, the 95% interval of the median, runner/run/timing.py),
+    # with at least 10 samples over at least min_time_s, or until max_time_s has passed.
+    # `timing.target_noise=0.005` turns it on; `repeats` is then unused.
+    target_noise: Optional[float] = None
+    min_time_s: float = 0.1  # seconds of timed samples the adaptive mode takes at least
+    max_time_s: float = 10.0  # seconds after which the adaptive mode stops, stable or not
     # Evict L2 before every sample (warm-up and timed, the kernel's and the baseline's), so each
     # starts with its inputs in device memory only: the cold-cache figure.
     flush_l2: bool = False

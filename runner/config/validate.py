@@ -34,6 +34,13 @@ RANGES = {
     "timing.repeats": Range(3, 100_000, "the median of fewer than 3 timed launches is not robust "
                                         "to a single outlier; more than 100000 only keeps the "
                                         "device busy"),
+    "timing.target_noise": Range(0.0, 1.0, "the relative half-width of the median's 95% "
+                                           "interval at which the adaptive mode stops (null: "
+                                           "off)", low_open=True),
+    "timing.min_time_s": Range(0.0, 86_400.0, "seconds of timed samples the adaptive mode "
+                                              "takes at least"),
+    "timing.max_time_s": Range(0.0, 86_400.0, "seconds after which the adaptive mode stops",
+                               low_open=True),
     "check.tolerance": Range(0.0, 0.1, "a relative error; 0 refuses every float result, above "
                                        "0.1 a wrong kernel passes", low_open=True),
     "check.full_reference_max_macs": Range(1, 2**40, "multiply-adds of the float64 reference "
@@ -47,6 +54,9 @@ RANGES = {
     "k": Range(1, INT32_MAX, "the kernels index with 32-bit ints"),
     "gpus": Range(0, 1024, "GPUs a sweep's jobs share (0: no pool)"),
 }
+
+
+OPTIONAL = {"timing.target_noise"}  # null: off
 
 
 def _allowed(rule: Range) -> str:
@@ -75,7 +85,13 @@ def validate(cfg) -> None:
         if key in ("m", "n", "k") and OmegaConf.is_interpolation(cfg, key):
             shown = "size"  # m, n and k follow `size` unless given
         value: Optional[object] = OmegaConf.select(cfg, key)
+        if value is None and key in OPTIONAL:
+            continue
         check_value(shown, value, rule)
+    timing = cfg.timing
+    if timing.get("target_noise") is not None and timing.min_time_s > timing.max_time_s:
+        raise Refused(f"timing.min_time_s={timing.min_time_s} is above timing.max_time_s="
+                      f"{timing.max_time_s}: the adaptive mode could never take its minimum")
     own_tolerance = OmegaConf.select(cfg, "kernel.tolerance")
     if own_tolerance is not None:  # a reduced-precision step's own, in place of check.tolerance
         check_value("kernel.tolerance", own_tolerance, RANGES["check.tolerance"])

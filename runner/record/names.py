@@ -15,11 +15,20 @@ TIME_MS_MIN = "time_ms/min"
 TIME_MS_MAX = "time_ms/max"
 TIME_MS_Q1 = "time_ms/q1"
 TIME_MS_Q3 = "time_ms/q3"
-KERNEL_WORK_S = "time_s/kernel_work"  # the checked launch and the timing: a job's own work
+# The samples behind the median: their count, and the relative half-width of the median's 95%
+# interval (runner/run/timing.py, median_noise); the adaptive mode stops on the latter.
+TIME_NOISE = "time/noise"
+TIME_SAMPLES = "time/samples"
+KERNEL_WORK_S = "time_s/kernel_work"
+# The median SM clock during the timed samples (NVML, runner/run/gpu_state.py; NVIDIA GPUs only):
+# `gemmlab compare` scales times by it before calling a difference SLOWER or FASTER.
+SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # the checked launch and the timing: a job's own work
 VENDOR_GFLOPS = "vendor/gflops"
 VENDOR_GBPS = "vendor/gbps"
 VENDOR_TIME_MS_MEDIAN = "vendor/time_ms_median"
 VENDOR_REL_ERROR = "vendor/rel_error"
+VENDOR_TIME_NOISE = "vendor/time_noise"
+VENDOR_TIME_SAMPLES = "vendor/time_samples"
 CHECK_REL_ERROR = "check/rel_error"
 CHECK_PASSED = "check/passed"
 CHECK_ERROR_VS_VENDOR = "check/error_vs_vendor"
@@ -58,9 +67,22 @@ SEED = "seed"
 TIMING_WARMUP = "timing.warmup"
 TIMING_REPEATS = "timing.repeats"
 TIMING_FLUSH_L2 = "timing.flush_l2"
+TIMING_TARGET_NOISE = "timing.target_noise"  # these three only where the adaptive mode is on
+TIMING_MIN_TIME_S = "timing.min_time_s"
+TIMING_MAX_TIME_S = "timing.max_time_s"
 CHECK_TOLERANCE = "check.tolerance"
 SWEEP_PARAM_PREFIX = "sweep."  # a sweep's parent: sweep.<key> = its values
 SWEEP_EXPECTED_JOBS = "sweep.expected_jobs"
+
+# `gemmlab compare --log`: a run of its own in the experiment COMPARE_EXPERIMENT.
+COMPARE_PAIRS = "compare/pairs"
+COMPARE_COUNT_PREFIX = "compare/"  # + faster, slower, same, unclear: how many pairs each
+COMPARE_GEOMEAN_SPEEDUP = "compare/geomean_speedup"
+
+# ---------------------------------------------------------------- artifacts
+SAMPLES_ARTIFACT = "timing/samples_ms.txt"  # the kernel's timed samples, one a line
+VENDOR_SAMPLES_ARTIFACT = "timing/vendor_samples_ms.txt"  # the vendor baseline's
+VENDOR_TF32_SAMPLES_ARTIFACT = "timing/vendor_tf32_samples_ms.txt"
 
 # ---------------------------------------------------------------- tags
 STATUS = "gemmlab.status"  # ok, cached, refused, failed, timeout, killed
@@ -93,6 +115,17 @@ GPU_OTHER_PROCESSES = "gpu.other_processes"  # pids with a context on the GPU, b
 GPU_CLOCK_REASONS = "gpu.clock_reasons"  # every clocks-event reason NVML reported
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
+
+# `gemmlab compare --log`: its runs live in an experiment of their own (never among the data a
+# report reads), tagged gemmlab.compare = "true", with the two selectors and its table.
+COMPARE_EXPERIMENT = "gemmlab-compare"
+COMPARE = "gemmlab.compare"
+COMPARE_A = "compare.a"  # params: the selectors as given, and the settings
+COMPARE_B = "compare.b"
+COMPARE_PAIR_BY = "compare.pair_by"
+COMPARE_MIN_EFFECT = "compare.min_effect"
+COMPARE_ALPHA = "compare.alpha"
+COMPARE_ARTIFACT = "compare.md"
 
 # A sweep's parent run: gemmlab.sweep = "true", and gemmlab.sweep.<what> for the rest.
 SWEEP = "gemmlab.sweep"

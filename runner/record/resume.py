@@ -19,6 +19,7 @@ from runner.config.spec import KernelPlan
 from runner.errors import RunError
 from runner.record import names
 from runner.run.operations import check_tolerance
+from runner.run.timing import Repetitions
 
 KEY_TAG = names.MEASUREMENT_KEY
 REUSED_TAG = names.REUSED_FROM
@@ -42,7 +43,8 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
         "source_sha256": hashlib.sha256(path.read_bytes()).hexdigest(),
         "params": dict(plan.params), "max_registers": plan.max_registers,
         "size": plan.size.as_names(), "seed": cfg.seed,
-        "timing": [cfg.timing.warmup, cfg.timing.repeats, cfg.timing.flush_l2],
+        # Fixed repeats keep the key they always had; the adaptive settings join it when on.
+        "timing": [cfg.timing.warmup, *Repetitions.of(cfg.timing).key(), cfg.timing.flush_l2],
         "check": [check_tolerance(cfg), cfg.check.full_reference_max_macs,
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,

@@ -73,9 +73,19 @@ def comparable_params(cfg: DictConfig) -> dict[str, str]:
                    names.SEED: str(cfg.seed), names.TIMING_WARMUP: str(cfg.timing.warmup),
                    names.TIMING_REPEATS: str(cfg.timing.repeats),
                    "timing.flush_l2": str(cfg.timing.flush_l2),
+                   **_adaptive_params(cfg.timing),
                    names.CHECK_TOLERANCE: str(check_tolerance(cfg)),
                    names.KERNEL_PRECISION: _precision(cfg)})
     return params
+
+
+def _adaptive_params(timing) -> dict[str, str]:
+    """The adaptive mode's settings, where it is on (a fixed-count run records none of them)."""
+    if timing.get("target_noise") is None:
+        return {}
+    return {names.TIMING_TARGET_NOISE: str(timing.target_noise),
+            names.TIMING_MIN_TIME_S: str(timing.min_time_s),
+            names.TIMING_MAX_TIME_S: str(timing.max_time_s)}
 
 
 def _precision(cfg) -> str:

@@ -32,7 +32,7 @@ from runner.run.operations import (
     make_problem,
     operation_floats,
 )
-from runner.run.timing import TimeStats, measure
+from runner.run.timing import Repetitions, TimeStats, measure
 from runner.run.vendor import VendorResult, vendor_baseline
 
 log = logging.getLogger(__name__)
@@ -208,6 +208,15 @@ def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
                    names.GPU_CLOCK_REASONS: ", ".join(sorted(state.reasons)) or "none"})
 
 
+def samples_text(samples_ms) -> str:
+    """Timed samples as an artifact: one per line, in milliseconds, in the order taken."""
+    return "".join(f"{sample:.6f}\n" for sample in samples_ms)
+
+
+def _finite(value: float) -> Optional[float]:
+    return value if value == value and abs(value) != float("inf") else None
+
+
 def _no_phase(phase: str) -> None:
     pass
 
@@ -275,7 +284,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     def timed() -> tuple[list, GpuState]:
         with Monitor(gpu) as state:
             taken = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup,
-                            cfg.timing.repeats, f"{plan.name} on {backend.name}",
+                            Repetitions.of(cfg.timing), f"{plan.name} on {backend.name}",
                             backend.flush_cache if cfg.timing.flush_l2 else None)
         return taken, state
 
@@ -296,12 +305,14 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         names.TIME_MS_MEDIAN: stats.median, names.TIME_MS_MEAN: stats.mean,
         names.TIME_MS_MIN: stats.min,
         names.TIME_MS_MAX: stats.max, names.TIME_MS_Q1: stats.q1, names.TIME_MS_Q3: stats.q3,
+        names.TIME_NOISE: _finite(stats.noise), names.TIME_SAMPLES: float(stats.repeats),
         names.GFLOPS: plan.flops / seconds / 1e9 if plan.flops else None,
         names.GBPS: plan.min_bytes / seconds / 1e9,
     })
     recorder.metrics(metrics)
-    recorder.text("\n".join(f"{s:.6f}" for s in samples) + "\n", "timing/samples_ms.txt")
-    record_gpu_state(recorder, metrics, gpu_state, plan, cfg.timing.warmup + len(samples))
+    recorder.text(samples_text(samples), names.SAMPLES_ARTIFACT)
+    record_gpu_state(recorder, metrics, gpu_state, plan,
+                     launches=cfg.timing.warmup + len(samples))
 
     on_phase("vendor")
     with Monitor(gpu) as vendor_gpu:
@@ -323,11 +334,14 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             names.VENDOR_GFLOPS: plan.flops / vendor_seconds / 1e9 if plan.flops else None,
             names.VENDOR_GBPS: plan.min_bytes / vendor_seconds / 1e9,
             names.VENDOR_REL_ERROR: vendor.rel_error,
+            names.VENDOR_TIME_NOISE: _finite(vendor_stats.noise),
+            names.VENDOR_TIME_SAMPLES: float(vendor_stats.repeats),
             names.PCT_OF_VENDOR: 100.0 * vendor_stats.median / stats.median,
         })
         if vendor.rel_error and metrics.get(names.CHECK_REL_ERROR) is not None:
             metrics[names.CHECK_ERROR_VS_VENDOR] = metrics[names.CHECK_REL_ERROR] / vendor.rel_error
         recorder.tags({names.VENDOR_NAME: vendor.name})
+        recorder.text(samples_text(vendor.samples_ms), names.VENDOR_SAMPLES_ARTIFACT)
         if vendor.tf32 is not None:  # a TF32 step against the library in the same mode
             tf32_median = TimeStats.of(vendor.tf32.samples_ms).median
             metrics.update({
@@ -337,6 +351,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                 names.PCT_OF_VENDOR_TF32: 100.0 * tf32_median / stats.median,
             })
             recorder.tags({"vendor_tf32.name": vendor.tf32.name})
+            recorder.text(samples_text(vendor.tf32.samples_ms),
+                          names.VENDOR_TF32_SAMPLES_ARTIFACT)
         recorder.metrics(metrics)
     return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics,
                       gpu_state if gpu is not None else None)

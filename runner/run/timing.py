@@ -1,11 +1,58 @@
-"""Warm-up, repetitions and their statistics. Each sample comes from device events."""
+"""Warm-up, repetitions and their statistics. Each sample comes from device events.
 
+Two ways to choose how many timed samples a run takes (`timing.*`, runner/config/schema.py):
+
+- fixed (the default): `timing.repeats` samples;
+- adaptive (`timing.target_noise`, e.g. 0.005): sample until the median is known to within that
+  fraction, by `median_noise`, having taken at least MIN_SAMPLES samples over at least
+  `timing.min_time_s`, or until `timing.max_time_s` has passed, whichever comes first.
+
+`median_noise` is the half-width of the distribution-free 95% confidence interval of the median,
+relative to the median: the interval between two order statistics whose ranks come from the
+binomial distribution of how many samples fall below the true median (Conover, Practical
+Nonparametric Statistics, 3rd ed., §3.2). It assumes nothing about the samples' shape (GPU
+times are skewed, often bimodal, and quantised by the timer), a few outliers move its ends by
+a rank each and no further (as they move the median), and it is deterministic and costs one
+sort: cheap enough to check while sampling, unlike a bootstrap of thousands of resamples.
+MAD/sqrt(n) needs a factor that holds only for normal samples.
+"""
+
+import math
+import time
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import numpy as np
 
 from runner.terminal import progress as progress_bars
+
+# The fewest samples the adaptive mode takes: the first count whose 95% interval of the median
+# is narrower than the samples' whole range ([x(2), x(9)] of 10, 97.9% coverage).
+MIN_SAMPLES = 10
+_Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
+
+
+def median_interval_ranks(count: int) -> tuple[int, int]:
+    """The 1-based ranks (low, high) of the order statistics bounding a 95% confidence interval
+    of the median of `count` samples (the normal approximation of the binomial, rounded to the
+    nearest rank; it matches the exact binomial ranks at 10 and 20 samples)."""
+    half_width = _Z95 * math.sqrt(count) / 2
+    low = int(round(count / 2 - half_width))
+    high = int(round(1 + count / 2 + half_width))
+    return max(1, low), min(count, high)
+
+
+def median_noise(samples_ms) -> float:
+    """The relative half-width of the 95% confidence interval of the median (0.005: the median
+    is known to within ±0.5%); inf for no samples or a median that is not positive."""
+    values = np.sort(np.asarray(samples_ms, dtype=np.float64))
+    if values.size == 0:
+        return math.inf
+    median = float(np.median(values))
+    if not median > 0:
+        return math.inf
+    low, high = median_interval_ranks(values.size)
+    return float(values[high - 1] - values[low - 1]) / (2 * median)
 
 
 @dataclass(frozen=True)
@@ -16,20 +63,61 @@ class TimeStats:
     max: float
     q1: float
     q3: float
-    repeats: int
+    repeats: int  # the number of timed samples
+    noise: float = math.inf  # median_noise of the samples
 
     @classmethod
     def of(cls, samples_ms: list[float]) -> "TimeStats":
         values = np.asarray(samples_ms, dtype=np.float64)
         q1, median, q3 = np.percentile(values, [25, 50, 75])
         return cls(float(median), float(values.mean()), float(values.min()), float(values.max()),
-                   float(q1), float(q3), len(values))
+                   float(q1), float(q3), len(values), median_noise(values))
 
 
-def measure(time_once_ms: Callable[[], float], warmup: int, repeats: int,
-            label: str, before_each: Optional[Callable[[], None]] = None) -> list[float]:
-    """Run `warmup` untimed samples, then return `repeats` timed ones (milliseconds).
-    `before_each` (e.g. an L2 flush) runs before every sample, outside its timed span."""
+@dataclass(frozen=True)
+class Repetitions:
+    """How many timed samples to take: `repeats` of them, or with `target_noise` (a fraction,
+    None: off) until the median is that stable, between `min_time_s` and `max_time_s` of
+    sampling (host wall-clock seconds from the first timed sample, flushes and launch
+    overheads included: the time the run spends)."""
+    repeats: int
+    target_noise: Optional[float] = None
+    min_time_s: float = 0.0
+    max_time_s: float = 10.0
+
+    @classmethod
+    def of(cls, timing_cfg) -> "Repetitions":
+        """The settings of a `timing` config (fixed when it has no target_noise)."""
+        get = timing_cfg.get if hasattr(timing_cfg, "get") else \
+            lambda key, default=None: getattr(timing_cfg, key, default)
+        return cls(int(timing_cfg.repeats), get("target_noise", None),
+                   float(get("min_time_s", 0.0)), float(get("max_time_s", 10.0)))
+
+    @property
+    def adaptive(self) -> bool:
+        return self.target_noise is not None
+
+    def key(self) -> tuple:
+        """What identifies these settings in a cache or a measurement key."""
+        if not self.adaptive:
+            return (self.repeats,)
+        return (self.repeats, self.target_noise, self.min_time_s, self.max_time_s)
+
+
+def measure(time_once_ms: Callable[[], float], warmup: int, repeats: Union[int, Repetitions],
+            label: str, before_each: Optional[Callable[[], None]] = None,
+            clock: Callable[[], float] = time.perf_counter) -> list[float]:
+    """Run `warmup` untimed samples, then return the timed ones (milliseconds): `repeats` of
+    them, or as many as a Repetitions with a target noise asks for (see the module's doc).
+    `before_each` (e.g. an L2 flush) runs before every sample, outside its timed span.
+    `clock` (seconds) measures the adaptive mode's time limits; tests give a fake one."""
+    rule = repeats if isinstance(repeats, Repetitions) else Repetitions(repeats)
+    if not rule.adaptive:
+        return _fixed(time_once_ms, warmup, rule.repeats, label, before_each)
+    return _adaptive(time_once_ms, warmup, rule, label, before_each, clock)
+
+
+def _fixed(time_once_ms, warmup: int, repeats: int, label: str, before_each) -> list[float]:
     if repeats < 1:
         raise ValueError("timing.repeats must be >= 1")
     samples = []
@@ -42,3 +130,50 @@ def measure(time_once_ms: Callable[[], float], warmup: int, repeats: int,
                 samples.append(sample)
             progress.advance(task)
     return samples
+
+
+def _adaptive(time_once_ms, warmup: int, rule: Repetitions, label: str, before_each,
+              clock) -> list[float]:
+    """The adaptive loop. The stability check sorts the samples, so it runs at every sample
+    up to 100 and then each time their count has grown by 5%: a sort per sample would make a
+    run of a fast kernel's 100,000 samples quadratic. The bar's total is an estimate, updated
+    at each check: the count the noise reached predicts (the interval narrows as 1/sqrt(n)),
+    capped by the count max_time_s allows at the rate so far."""
+    target = float(rule.target_noise)
+    if not target > 0:
+        raise ValueError("timing.target_noise must be > 0")
+    warmup = max(0, warmup)
+    samples: list[float] = []
+    with progress_bars.task(f"{label} (to ±{target:.2%})", warmup + MIN_SAMPLES) as (bar, task):
+        for _ in range(warmup):
+            if before_each is not None:
+                before_each()
+            time_once_ms()
+            bar.advance(task)
+        started = clock()
+        next_check = MIN_SAMPLES
+        while True:
+            if before_each is not None:
+                before_each()
+            samples.append(time_once_ms())
+            bar.advance(task)
+            elapsed = clock() - started
+            count = len(samples)
+            if elapsed >= rule.max_time_s:
+                break
+            if count < next_check or elapsed < rule.min_time_s:
+                continue
+            noise = median_noise(samples)
+            if noise <= target:
+                break
+            next_check = count + max(1, count // 20) if count >= 100 else count + 1
+            by_noise = count * (noise / target) ** 2
+            by_time = count * rule.max_time_s / elapsed if elapsed > 0 else by_noise
+            _set_total(bar, task, warmup + max(next_check, int(min(by_noise, by_time))))
+    return samples
+
+
+def _set_total(bar, task, total: int) -> None:
+    update = getattr(bar, "update", None)
+    if update is not None:
+        update(task, total=total)

@@ -18,7 +18,7 @@ from runner.backends.base import Backend
 from runner.config.schema import Operation
 from runner.config.spec import KernelPlan
 from runner.run.operations import Problem, check_sgemm
-from runner.run.timing import measure
+from runner.run.timing import Repetitions, measure
 
 
 @dataclass(frozen=True)
@@ -165,9 +165,9 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
     operation = plan.operation
     shape = tuple(array.shape for array in problem.inputs.values())
     # Not the tolerance: it decides whether a result passes, not the library's time or error.
-    key = (id(backend), operation, shape, seed, timing_cfg.warmup, timing_cfg.repeats,
-           timing_cfg.flush_l2, check_cfg.full_reference_max_macs, check_cfg.sample_rows,
-           check_cfg.sample_cols)
+    key = (id(backend), operation, shape, seed, timing_cfg.warmup,
+           Repetitions.of(timing_cfg).key(), timing_cfg.flush_l2,
+           check_cfg.full_reference_max_macs, check_cfg.sample_rows, check_cfg.sample_cols)
     baseline = _measured.get(key)
     if baseline is None:
         baseline = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
@@ -179,8 +179,8 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
         return baseline
     if key not in _measured_tf32:
         A, B = problem.inputs["A"], problem.inputs["B"]
-        samples, C = cublas_sgemm(A, B, device_id, timing_cfg.warmup, timing_cfg.repeats,
-                                  timing_cfg.flush_l2, tf32=True)
+        samples, C = cublas_sgemm(A, B, device_id, timing_cfg.warmup,
+                                  Repetitions.of(timing_cfg), timing_cfg.flush_l2, tf32=True)
         _measured_tf32[key] = VendorResult("cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)",
                                            samples, _rel_error(A, B, C, check_cfg, seed))
     return dataclasses.replace(baseline, tf32=_measured_tf32[key])
@@ -188,7 +188,7 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
 
 def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
                       timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
-    warmup, repeats = timing_cfg.warmup, timing_cfg.repeats
+    warmup, repeats = timing_cfg.warmup, Repetitions.of(timing_cfg)  # fixed or adaptive
     if operation is not Operation.sgemm:
         nbytes = problem.inputs["src"].nbytes
         destination = backend.alloc(problem.inputs["src"].size)

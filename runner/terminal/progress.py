@@ -61,6 +61,10 @@ class _ForwardedBar:
     def advance(self, task_id: TaskID, advance: float = 1) -> None:
         self._send(("bar", "advance", advance))
 
+    def update(self, task_id: TaskID, total: float) -> None:
+        """A new total (an adaptive count's estimate, runner/run/timing.py)."""
+        self._send(("bar", "total", total))
+
 
 def forward_to(send: Optional[Callable[[tuple], None]]) -> None:
     """In a worker process: send bars to the supervisor through `send` instead of drawing them."""
@@ -91,6 +95,8 @@ class RelayedBars:
             self._task = self._progress.add_task(label, total=total)
         elif kind == "advance" and self._task is not None:
             self._progress.advance(self._task, message[1])
+        elif kind == "total" and self._task is not None:
+            self._progress.update(self._task, total=message[1])
         elif kind == "end" and self._task is not None:
             if self._own:
                 self._progress.stop()

@@ -1,0 +1,482 @@
+"""`python -m runner.compare A B` (and `gemmlab compare A B`): is B faster than A, pair by pair?
+
+A and B each select runs in one store (`--uri`, every experiment unless `--experiment`):
+
+- a run id, or a sweep's parent run id (its children), whole or its first characters (4 or more);
+- an experiment's name (its runs), or a run name (a sweep's first, as the report's --sweep);
+- `tag:<name>=<value>`: the runs with that tag, e.g. `tag:gemmlab.git_commit=3f2a9c1` (the value
+  matched whole, else as a prefix: a short commit finds `3f2a9c1…-dirty` too).
+
+Only measured runs count (status ok or cached; a cached run's samples are those of the run it
+reused). The runs of A and B are paired by `--pair-by` (default: kernel, params, size, backend,
+device: the same step with the same tiling at the same size on the same device); `--pair-by
+size` pairs two different kernels by size. Where a side has several runs for one pair (an
+experiment holding the same sweep twice), its newest is compared; several runs that differ in
+what was left out of the pairing (two kernels under `--pair-by size`) are an error.
+
+Each pair gets the ratio of medians with its 95% interval, Mann-Whitney's p and a verdict:
+runner/results/verdict.py says how, and docs/methodology.md#is-b-faster-than-a why.
+`--fail-on-slower 3%` exits 1 when a pair is SLOWER by more than 3% (a CI gate); `--out F.md`
+writes the table as Markdown; `--log` records it as a run of its own, in the experiment
+`gemmlab-compare` of the same store (never among the data a report reads, nor inside a
+finished sweep), with the table as its artifact `compare.md`.
+"""
+
+import argparse
+import math
+import os
+import re
+import shlex
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+from runner.record import names
+from runner.results import records
+from runner.results import runs as recorded
+from runner.results.verdict import (
+    FASTER,
+    SAME,
+    SLOWER,
+    UNCLEAR,
+    VERDICTS,
+    Thresholds,
+    Verdict,
+    judge,
+)
+
+PAIR_FIELDS = ("kernel", "params", "size", "backend", "device")
+_STATUS_COLOURS = {FASTER: "green", SLOWER: "red", SAME: "", UNCLEAR: "yellow"}
+
+
+@dataclass
+class Selection:
+    selector: str  # as given
+    label: str  # what it matched: "sweep 'name' (id)", "experiment 'x'", …
+    runs: list  # the measured runs, newest first
+    unmeasured: int = 0  # runs it matched that measured nothing (failed, refused, …)
+
+
+@dataclass
+class Pair:
+    key: tuple
+    a: object  # the MLflow runs
+    b: object
+    verdict: Verdict
+
+
+@dataclass
+class Comparison:
+    a: Selection
+    b: Selection
+    pair_by: tuple
+    thresholds: Thresholds
+    pairs: list[Pair]
+    only_a: list = field(default_factory=list)  # pair keys with a run of A and none of B
+    only_b: list = field(default_factory=list)
+
+    def counts(self) -> dict[str, int]:
+        return {v: sum(p.verdict.verdict == v for p in self.pairs) for v in VERDICTS}
+
+    def geomean_speedup(self) -> float:
+        return math.exp(sum(math.log(p.verdict.speedup) for p in self.pairs) / len(self.pairs))
+
+    def slower_than(self, limit: float) -> list[Pair]:
+        """The SLOWER pairs whose B takes more than (1 + limit) times A's time."""
+        return [p for p in self.pairs
+                if p.verdict.verdict == SLOWER and p.verdict.change > limit]
+
+
+# ---------------------------------------------------------------- selecting runs
+
+def _measured(runs: list) -> tuple[list, int]:
+    runs = [r for r in runs if r.data.tags.get(names.SWEEP) != "true"]
+    kept = [r for r in runs if records.status(r) in recorded.MEASURED]
+    return kept, len(runs) - len(kept)
+
+
+def _of_run(mlflow_client, run, ids: list[str]) -> tuple[str, list]:
+    """A run's own measurement, or a sweep parent's children."""
+    name = run.info.run_name or ""
+    if run.data.tags.get(names.SWEEP) == "true":
+        children = recorded.search(mlflow_client, ids or [run.info.experiment_id],
+                                   f"tags.`{names.PARENT_RUN_ID}` = '{run.info.run_id}'")
+        named = name if name.startswith("sweep") else f"sweep {name!r}"
+        return f"{named} ({run.info.run_id[:8]})", children
+    return f"run {run.info.run_name!r} ({run.info.run_id[:8]})", [run]
+
+
+def resolve(mlflow_client, selector: str, ids: list[str]) -> Selection:
+    """The runs a selector names (see the module's doc), in the experiments `ids`."""
+    def selection(label: str, runs: list) -> Selection:
+        measured, unmeasured = _measured(runs)
+        if not measured:
+            raise recorded.NoRuns(f"{selector!r} matches {label} with no measured runs"
+                                  + (f" ({unmeasured} failed, refused or unfinished)"
+                                     if unmeasured else ""))
+        return Selection(selector, label, measured, unmeasured)
+
+    if selector.startswith("tag:"):
+        tag, equals, value = selector[4:].partition("=")
+        if not tag or not equals or not value:
+            raise recorded.NoRuns(f"{selector!r}: a tag selector is tag:<name>=<value>, e.g. "
+                                  f"tag:{names.GIT_COMMIT}=3f2a9c1")
+        quoted = value.replace("'", "\\'")
+        runs = recorded.search(mlflow_client, ids, f"tags.`{tag}` = '{quoted}'") if ids else []
+        if not runs and ids:
+            runs = recorded.search(mlflow_client, ids, f"tags.`{tag}` LIKE '{quoted}%'")
+        if not runs:
+            raise recorded.NoRuns(f"no run has the tag {tag}={value} (nor one starting so)")
+        return selection(f"tag {tag}={value}", runs)
+    try:
+        run = mlflow_client.get_run(selector)
+        if run.info.experiment_id in ids:
+            return selection(*_of_run(mlflow_client, run, ids))
+    except Exception:  # not a whole run id
+        pass
+    if re.fullmatch(r"[0-9a-f]{4,31}", selector):
+        every = recorded.search(mlflow_client, ids) if ids else []
+        found = [r for r in every if r.info.run_id.startswith(selector)]
+        if len(found) > 1:
+            raise recorded.NoRuns(f"{len(found)} runs have ids starting {selector!r}: give more "
+                                  "of it")
+        if found:
+            return selection(*_of_run(mlflow_client, found[0], ids))
+    experiment = mlflow_client.get_experiment_by_name(selector)
+    if experiment is not None and experiment.experiment_id in ids:
+        return selection(f"experiment {selector!r}",
+                         recorded.search(mlflow_client, [experiment.experiment_id]))
+    quoted = selector.replace("'", "\\'")
+    named = recorded.search(mlflow_client, ids, f"attributes.run_name = '{quoted}'") if ids else []
+    if named:
+        parents = [r for r in named if r.data.tags.get(names.SWEEP) == "true"]
+        return selection(*_of_run(mlflow_client, (parents or named)[0], ids))
+    raise recorded.NoRuns(f"{selector!r} matches no run, sweep, experiment or run name (nor a "
+                          f"tag:<name>=<value>)")
+
+
+# ---------------------------------------------------------------- pairing
+
+def field_value(run, name: str) -> str:
+    """One pairing field of a run, as text."""
+    params = run.data.params
+    if name == "kernel":
+        return params.get(names.KERNEL_NAME, "?")
+    if name == "params":
+        tiling = records.tiling(run)
+        cap = params.get(names.KERNEL_MAX_REGISTERS)
+        precision = params.get(names.KERNEL_PRECISION, "fp32")
+        return " ".join(filter(None, [tiling, f"regs<={cap}" if cap else "",
+                                      "" if precision == "fp32" else precision]))
+    if name == "size":
+        return records.size_label(run)
+    if name == "backend":
+        return params.get(names.BACKEND_NAME, "?")
+    if name == "device":
+        return run.data.tags.get(names.DEVICE_NAME, "?")
+    raise ValueError(name)
+
+
+def _identity(run) -> tuple:
+    return tuple(field_value(run, name) for name in PAIR_FIELDS)
+
+
+def _by_key(selection: Selection, pair_by: tuple, side: str) -> dict[tuple, object]:
+    """Each pair key's newest run (runs come newest first); an error where two runs under one
+    key are not the same measurement (they differ in a field left out of the pairing)."""
+    found: dict[tuple, object] = {}
+    for run in selection.runs:
+        key = tuple(field_value(run, name) for name in pair_by)
+        if key not in found:
+            found[key] = run
+        elif _identity(found[key]) != _identity(run):
+            apart = [name for name, x, y in zip(PAIR_FIELDS, _identity(found[key]),
+                                                _identity(run)) if x != y]
+            raise recorded.NoRuns(
+                f"{side} ({selection.label}) has runs that differ in {', '.join(apart)} for "
+                f"{_describe(pair_by, key)}: pair by more (--pair-by "
+                f"{','.join(list(pair_by) + [n for n in apart if n not in pair_by])}) or "
+                f"select fewer runs")
+    return found
+
+
+def _describe(pair_by: tuple, key: tuple) -> str:
+    return " ".join(f"{name}={value}" for name, value in zip(pair_by, key) if value)
+
+
+def _natural(text: str) -> list:
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part)
+            for part in re.split(r"(\d+)", text)]
+
+
+def pair_runs(a: Selection, b: Selection, pair_by: tuple) -> tuple[list, list, list]:
+    """(key, run of A, run of B) for every key both have, then the keys only A, only B has."""
+    runs_a, runs_b = _by_key(a, pair_by, "A"), _by_key(b, pair_by, "B")
+    order = lambda key: [_natural(value) for value in key]  # noqa: E731
+    both = sorted(set(runs_a) & set(runs_b), key=order)
+    return ([(key, runs_a[key], runs_b[key]) for key in both],
+            sorted(set(runs_a) - set(runs_b), key=order),
+            sorted(set(runs_b) - set(runs_a), key=order))
+
+
+# ---------------------------------------------------------------- samples and verdicts
+
+def samples_of(mlflow_client, run, folder: str) -> Optional[list[float]]:
+    """The run's timed samples (a cached run's: those of the run it reused), or None."""
+    source = run.data.tags.get(names.REUSED_FROM) or run.info.run_id
+    try:
+        path = mlflow_client.download_artifacts(source, names.SAMPLES_ARTIFACT,
+                                                str(Path(folder, source)))
+        return [float(line) for line in Path(path).read_text().split()]
+    except Exception:  # no artifact (a run recorded elsewhere without its files)
+        return None
+
+
+def verdict_of(mlflow_client, run_a, run_b, thresholds: Thresholds, folder: str) -> Verdict:
+    a, b = samples_of(mlflow_client, run_a, folder), samples_of(mlflow_client, run_b, folder)
+    clock_a = run_a.data.metrics.get(names.SM_CLOCK_MHZ)
+    clock_b = run_b.data.metrics.get(names.SM_CLOCK_MHZ)
+    if a and b:
+        return judge(a, b, thresholds, clock_a, clock_b)
+    median_a = run_a.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
+    median_b = run_b.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
+    missing = " and ".join(side for side, s in (("A", a), ("B", b)) if not s)
+    return Verdict(UNCLEAR, median_a / median_b, math.nan, math.nan, math.nan, median_a,
+                   median_b, len(a or ()), len(b or ()),
+                   note=f"no recorded samples ({names.SAMPLES_ARTIFACT}) for {missing}")
+
+
+def compare(mlflow_client, a: Selection, b: Selection, pair_by: tuple = PAIR_FIELDS,
+            thresholds: Thresholds = Thresholds()) -> Comparison:
+    paired, only_a, only_b = pair_runs(a, b, pair_by)
+    if not paired:
+        def keys(side):
+            return "; ".join(_describe(pair_by, k) for k in side[:3]) + \
+                ("; …" if len(side) > 3 else "")
+        raise recorded.NoRuns(
+            f"no run of A ({a.label}) pairs with one of B ({b.label}) by "
+            f"{','.join(pair_by)}: A has {keys(only_a)}, B has {keys(only_b)} (--pair-by "
+            f"chooses what must match)")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one per file
+    with tempfile.TemporaryDirectory() as folder:
+        pairs = [Pair(key, run_a, run_b, verdict_of(mlflow_client, run_a, run_b, thresholds,
+                                                    folder))
+                 for key, run_a, run_b in paired]
+    return Comparison(a, b, tuple(pair_by), thresholds, pairs, only_a, only_b)
+
+
+# ---------------------------------------------------------------- output
+
+def _columns(comparison: Comparison) -> list[tuple[str, Callable]]:
+    """What tells the pairs apart: kernel, tiling and size always, backend and device where
+    they vary or were not paired on; a field not paired on shows `A → B` where they differ."""
+    def shown(name):
+        def value(pair):
+            x, y = field_value(pair.a, name), field_value(pair.b, name)
+            return x if x == y else f"{x} → {y}"
+        return value
+    columns = []
+    for name in PAIR_FIELDS:
+        values = {shown(name)(pair) for pair in comparison.pairs}
+        if values == {""}:
+            continue
+        if name in ("kernel", "params", "size") or len(values) > 1 or \
+                name not in comparison.pair_by:
+            columns.append((name, shown(name)))
+    return columns
+
+
+def _devices(comparison: Comparison) -> str:
+    return ", ".join(sorted({f"{field_value(run, 'backend')} on {field_value(run, 'device')}"
+                             for pair in comparison.pairs for run in (pair.a, pair.b)}))
+
+
+def _number(value: float, fmt: str) -> str:
+    return "—" if value is None or value != value else format(value, fmt)
+
+
+def _cells(pair: Pair) -> list[str]:
+    v = pair.verdict
+    return [_number(v.median_a_ms, ".4g"), _number(v.median_b_ms, ".4g"),
+            f"{_number(v.speedup, '.3f')}x",
+            f"{_number(v.low, '.3f')}–{_number(v.high, '.3f')}",
+            _number(v.p_value, ".2g"), f"{v.count_a}/{v.count_b}", v.verdict, v.note]
+
+
+HEADERS = ["A median ms", "B median ms", "B/A speed", "95% interval", "p (U test)",
+           "samples A/B", "verdict", "note"]
+
+
+def summary(comparison: Comparison) -> str:
+    counts = comparison.counts()
+    count = len(comparison.pairs)
+    line = (f"{count} pair{'' if count == 1 else 's'}: " +
+            ", ".join(f"{counts[v]} {v}" for v in VERDICTS) +
+            f"; B/A speed {comparison.geomean_speedup():.3f}x (geometric mean)")
+    unpaired = []
+    if comparison.only_a:
+        unpaired.append(f"{len(comparison.only_a)} only in A")
+    if comparison.only_b:
+        unpaired.append(f"{len(comparison.only_b)} only in B")
+    return line + (f"; unpaired: {', '.join(unpaired)}" if unpaired else "")
+
+
+def settings_line(comparison: Comparison) -> str:
+    t = comparison.thresholds
+    return (f"paired by {','.join(comparison.pair_by)}; FASTER/SLOWER: Mann-Whitney U p < "
+            f"{t.alpha:g} and the speed ratio beyond ±{t.min_effect:.1%}; SAME: its 95% interval "
+            f"within ±{t.min_effect:.1%}")
+
+
+def markdown(comparison: Comparison, command: str = "", uri: str = "") -> str:
+    columns = _columns(comparison)
+    head = [name for name, _ in columns] + HEADERS
+    lines = ["# B against A", "",
+             f"- A: `{comparison.a.selector}`: {comparison.a.label}, "
+             f"{len(comparison.a.runs)} measured runs",
+             f"- B: `{comparison.b.selector}`: {comparison.b.label}, "
+             f"{len(comparison.b.runs)} measured runs",
+             f"- devices: {_devices(comparison)}",
+             f"- {settings_line(comparison)}"]
+    if uri:
+        lines.append(f"- store: `{uri}`")
+    if command:
+        lines.append(f"- command: `{command}`")
+    lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for pair in comparison.pairs:
+        cells = [value(pair) for _, value in columns] + _cells(pair)
+        cells[len(columns) + 6] = f"**{cells[len(columns) + 6]}**"
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    lines += ["", f"**{summary(comparison)}**", ""]
+    return "\n".join(lines)
+
+
+def print_table(comparison: Comparison, console=None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if console is None:
+        console = Console(highlight=False)
+        if not console.is_terminal:  # a log or a pipe: the whole table, not 80 columns of it
+            console = Console(highlight=False, width=200)
+    columns = _columns(comparison)
+    table = Table(title=f"B ({comparison.b.label}) against A ({comparison.a.label})",
+                  caption=settings_line(comparison))
+    for name, _ in columns:
+        table.add_column(name)
+    for header in HEADERS:
+        table.add_column(header, justify="left" if header in ("verdict", "note") else "right")
+    for pair in comparison.pairs:
+        cells = [value(pair) for _, value in columns] + _cells(pair)
+        colour = _STATUS_COLOURS[pair.verdict.verdict]
+        index = len(columns) + 6
+        cells[index] = f"[bold {colour}]{cells[index]}[/]" if colour else cells[index]
+        table.add_row(*cells)
+    console.print(table)
+    console.print(summary(comparison))
+
+
+def log_to_mlflow(uri: str, comparison: Comparison, page: str) -> str:
+    """Record the comparison as a run of its own in the experiment `gemmlab-compare`; its id."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment(names.COMPARE_EXPERIMENT)
+    counts = comparison.counts()
+    name = (f"compare {comparison.a.selector} → {comparison.b.selector}: "
+            + ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts[v]))
+    with mlflow.start_run(run_name=name[:250], tags={names.COMPARE: "true"}) as run:
+        t = comparison.thresholds
+        mlflow.log_params({names.COMPARE_A: comparison.a.selector[:500],
+                           names.COMPARE_B: comparison.b.selector[:500],
+                           names.COMPARE_PAIR_BY: ",".join(comparison.pair_by),
+                           names.COMPARE_MIN_EFFECT: str(t.min_effect),
+                           names.COMPARE_ALPHA: str(t.alpha)})
+        mlflow.log_metrics({names.COMPARE_PAIRS: len(comparison.pairs),
+                            names.COMPARE_GEOMEAN_SPEEDUP: comparison.geomean_speedup(),
+                            **{names.COMPARE_COUNT_PREFIX + v.lower(): counts[v]
+                               for v in VERDICTS}})
+        mlflow.log_text(page, names.COMPARE_ARTIFACT)
+        return run.info.run_id
+
+
+# ---------------------------------------------------------------- the command
+
+def fraction(text: str) -> float:
+    """`3%` or `0.03` -> 0.03."""
+    try:
+        value = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (3%) or a fraction (0.03)")
+    if not text.endswith("%") and value >= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: write a percentage with its sign (3%) or a "
+                                         "fraction below 1 (0.03)")
+    if not 0 <= value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0% and 100%")
+    return value
+
+
+def pair_fields(text: str) -> tuple:
+    fields = tuple(f.strip() for f in text.split(",") if f.strip())
+    wrong = [f for f in fields if f not in PAIR_FIELDS]
+    if wrong or not fields:
+        raise argparse.ArgumentTypeError(f"--pair-by takes a comma list of {', '.join(PAIR_FIELDS)}"
+                                         + (f" (not {', '.join(wrong)})" if wrong else ""))
+    return fields
+
+
+def main(argv=None, prog: str = "python -m runner.compare") -> int:
+    """The command (`prog` names it in usage lines: `gemmlab compare` from the console script);
+    the exit status: 1 where --fail-on-slower finds a pair slower, else 0."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=__doc__.splitlines()[0],
+        epilog="Verdicts: FASTER/SLOWER where Mann-Whitney's U finds a difference (p < --alpha) "
+               "beyond --min-effect; SAME where the 95% interval of the speed ratio is inside "
+               "±--min-effect; UNCLEAR otherwise, or where the SM clocks explain it.")
+    parser.add_argument("a", metavar="A", help="the baseline: a run or sweep id (or its first "
+                                               "characters), an experiment, a run name, or "
+                                               "tag:<name>=<value>")
+    parser.add_argument("b", metavar="B", help="the candidate, selected the same way")
+    parser.add_argument("--uri", default=recorded.DEFAULT_URI, help="MLflow tracking URI")
+    parser.add_argument("--experiment", help="look only in this experiment (default: all)")
+    parser.add_argument("--pair-by", type=pair_fields, default=PAIR_FIELDS,
+                        help=f"fields that must match for two runs to pair (default: "
+                             f"{','.join(PAIR_FIELDS)}; e.g. size to compare two kernels)")
+    parser.add_argument("--min-effect", type=fraction, default=Thresholds.min_effect,
+                        help="the smallest change that counts (default 2%%)")
+    parser.add_argument("--alpha", type=float, default=Thresholds.alpha,
+                        help="the U test's significance level (default 0.05)")
+    parser.add_argument("--fail-on-slower", type=fraction, metavar="PCT",
+                        help="exit 1 when a pair is SLOWER by more than this (e.g. 3%%)")
+    parser.add_argument("--out", help="also write the table as Markdown to this file")
+    parser.add_argument("--log", action="store_true",
+                        help=f"also record the table in MLflow (experiment "
+                             f"{names.COMPARE_EXPERIMENT!r})")
+    args = parser.parse_args(argv)
+    thresholds = Thresholds(min_effect=args.min_effect, alpha=args.alpha)
+    mlflow_client = recorded.client(args.uri)
+    ids = recorded.experiment_ids(mlflow_client, args.experiment)
+    a, b = resolve(mlflow_client, args.a, ids), resolve(mlflow_client, args.b, ids)
+    comparison = compare(mlflow_client, a, b, args.pair_by, thresholds)
+    print_table(comparison)
+    command = f"{prog} " + shlex.join(argv if argv is not None else sys.argv[1:])
+    page = markdown(comparison, command, args.uri)
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(page)
+        print(f"wrote {args.out}")
+    if args.log:
+        print(f"recorded: MLflow run {log_to_mlflow(args.uri, comparison, page)} (experiment "
+              f"{names.COMPARE_EXPERIMENT!r}) in {args.uri}")
+    if args.fail_on_slower is not None:
+        slower = comparison.slower_than(args.fail_on_slower)
+        if slower:
+            listed = "; ".join(f"{_describe(comparison.pair_by, p.key)} "
+                               f"{p.verdict.change:+.1%}" for p in slower[:5])
+            print(f"gemmlab: error: {len(slower)} pair(s) SLOWER by more than "
+                  f"{args.fail_on_slower:.1%}: {listed}" + ("; …" if len(slower) > 5 else ""),
+                  file=sys.stderr)
+            return 1
+    return 0
