@@ -120,6 +120,10 @@ def main() -> None:
         from runner.ui import main as ui
 
         sys.exit(ui(sys.argv[2:]))
+    if sys.argv[1:2] == ["compare"]:  # `gemmlab compare A B`: is B faster than A?
+        from runner.results.compare import main as compare
+
+        sys.exit(compare(sys.argv[2:], prog="gemmlab compare"))
     if "--version" in sys.argv[1:]:
         from runner import __version__
 

@@ -19,10 +19,7 @@ TIME_MS_Q3 = "time_ms/q3"
 # interval (runner/run/timing.py, median_noise); the adaptive mode stops on the latter.
 TIME_NOISE = "time/noise"
 TIME_SAMPLES = "time/samples"
-KERNEL_WORK_S = "time_s/kernel_work"
-# The median SM clock during the timed samples (NVML, runner/run/gpu_state.py; NVIDIA GPUs only):
-# `gemmlab compare` scales times by it before calling a difference SLOWER or FASTER.
-SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # the checked launch and the timing: a job's own work
+KERNEL_WORK_S = "time_s/kernel_work"  # the checked launch and the timing: a job's own work
 VENDOR_GFLOPS = "vendor/gflops"
 VENDOR_GBPS = "vendor/gbps"
 VENDOR_TIME_MS_MEDIAN = "vendor/time_ms_median"
@@ -43,7 +40,9 @@ VENDOR_TF32_REL_ERROR = "vendor_tf32/rel_error"
 PCT_OF_VENDOR_TF32 = "perf/pct_of_vendor_tf32"
 
 # The GPU's state during the timed launches, through NVML (runner/run/gpu_state.py).
-GPU_SM_CLOCK_MHZ = "gpu/sm_clock_mhz"  # median; gpu/sm_clock_mhz_min, gpu/mem_clock_mhz…
+# The median SM clock during the timed launches (gpu/sm_clock_mhz_min the lowest): `gemmlab
+# compare` scales times by it before calling a difference SLOWER or FASTER.
+GPU_SM_CLOCK_MHZ = "gpu/sm_clock_mhz"
 GPU_POWER_W = "gpu/power_w"
 GPU_TEMP_C = "gpu/temp_c"
 GPU_ENERGY_J_PER_LAUNCH = "gpu/energy_j_per_launch"

@@ -80,8 +80,11 @@ class Comparison:
     def counts(self) -> dict[str, int]:
         return {v: sum(p.verdict.verdict == v for p in self.pairs) for v in VERDICTS}
 
-    def geomean_speedup(self) -> float:
-        return math.exp(sum(math.log(p.verdict.speedup) for p in self.pairs) / len(self.pairs))
+    def geomean_speedup(self) -> Optional[float]:
+        """Over the pairs whose speed ratio is known; None where none is."""
+        known = [p.verdict.speedup for p in self.pairs
+                 if math.isfinite(p.verdict.speedup) and p.verdict.speedup > 0]
+        return math.exp(sum(math.log(s) for s in known) / len(known)) if known else None
 
     def slower_than(self, limit: float) -> list[Pair]:
         """The SLOWER pairs whose B takes more than (1 + limit) times A's time."""
@@ -236,8 +239,8 @@ def samples_of(mlflow_client, run, folder: str) -> Optional[list[float]]:
 
 def verdict_of(mlflow_client, run_a, run_b, thresholds: Thresholds, folder: str) -> Verdict:
     a, b = samples_of(mlflow_client, run_a, folder), samples_of(mlflow_client, run_b, folder)
-    clock_a = run_a.data.metrics.get(names.SM_CLOCK_MHZ)
-    clock_b = run_b.data.metrics.get(names.SM_CLOCK_MHZ)
+    clock_a = run_a.data.metrics.get(names.GPU_SM_CLOCK_MHZ)
+    clock_b = run_b.data.metrics.get(names.GPU_SM_CLOCK_MHZ)
     if a and b:
         return judge(a, b, thresholds, clock_a, clock_b)
     median_a = run_a.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
@@ -314,7 +317,7 @@ def summary(comparison: Comparison) -> str:
     count = len(comparison.pairs)
     line = (f"{count} pair{'' if count == 1 else 's'}: " +
             ", ".join(f"{counts[v]} {v}" for v in VERDICTS) +
-            f"; B/A speed {comparison.geomean_speedup():.3f}x (geometric mean)")
+            f"; B/A speed {_number(comparison.geomean_speedup(), '.3f')}x (geometric mean)")
     unpaired = []
     if comparison.only_a:
         unpaired.append(f"{len(comparison.only_a)} only in A")
