@@ -93,6 +93,23 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+def _wait_for_the_run(tmp_path: Path, process: subprocess.Popen, deadline: float) -> None:
+    """Until the command has created its store and started its run: a signal before then would
+    interrupt MLflow's schema migration, not the run. Read under the store's own lock, so this
+    reader never races the migration."""
+    from runner.record.store import store_lock
+
+    database = tmp_path / "mlflow.db"
+    while time.monotonic() < deadline:
+        assert process.poll() is None, process.communicate()
+        if database.exists():
+            with store_lock(database):
+                if runs(f"sqlite:///{database}"):
+                    return
+        time.sleep(0.2)
+    raise AssertionError("the run was never recorded")
+
+
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_ends_a_hung_run_within_two_seconds(tmp_path, signum, code):
     command = [sys.executable, "-m", "runner", "backend.device_type=cpu", "size=16",
@@ -103,6 +120,7 @@ def test_a_signal_ends_a_hung_run_within_two_seconds(tmp_path, signum, code):
     while not _children(process.pid) and time.monotonic() < deadline:
         time.sleep(0.2)
     (worker,) = _children(process.pid)
+    _wait_for_the_run(tmp_path, process, deadline)  # on a busy machine the store takes a while
     time.sleep(4)  # the worker's imports, the compile, then the checked launch that spins
     sent = time.monotonic()
     process.send_signal(signum)
