@@ -28,7 +28,8 @@ pytestmark = pytest.mark.skipif(not _oclgrind_installed(),
 
 
 def _simulate(name: str, size: str, *extra: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OCLGRIND_DATA_RACES": "1", "PYTHONPATH": str(TESTS)}
+    env = {**os.environ, "OCLGRIND_DATA_RACES": "1", "PYTHONPATH": os.pathsep.join(
+        [str(TESTS), os.environ.get("PYTHONPATH", "")])}  # the runner under test, not another
     return subprocess.run([sys.executable, str(TESTS / "race_check.py"), name, size, *extra],
                           env=env, capture_output=True, text=True, timeout=600)
 
