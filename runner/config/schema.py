@@ -83,6 +83,10 @@ class KernelConfig:
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     params: Dict[str, int] = field(default_factory=dict)  # macro name -> value
     allowed: Dict[str, List[int]] = field(default_factory=dict)  # macro name -> allowed values
+    # Macros beyond the tiling parameters, each passed as -DNAME=<int>: a fixed value
+    # (`KERNEL: 6`) or an integer expression over the parameters and the defines above it
+    # (`RTSM: TSM // WPTM`). In scope of the launch geometry, scratch and work expressions too.
+    defines: Dict[str, str] = field(default_factory=dict)
     constraints: List[ConstraintConfig] = field(default_factory=list)
     launches: List[LaunchConfig] = MISSING
     scratch: Dict[str, str] = field(default_factory=dict)  # buffer name -> float count (expression)

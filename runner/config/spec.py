@@ -7,7 +7,7 @@ option string, as `-DNAME=value`.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from runner.config.expressions import ArithmeticFailure, ExpressionError, evaluate, evaluate_int
@@ -70,10 +70,13 @@ class KernelPlan:
     precision: str = "fp32"
     requires_compute_capability: Optional[int] = None
     requires_exact_architecture: bool = False
+    # The spec's `defines`, evaluated: fixed and derived macros beyond the parameters.
+    extra_defines: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def defines(self) -> dict[str, int]:
-        return dict(self.params)
+        """Every -DNAME=value the source is compiled with: the parameters, then the defines."""
+        return {**self.params, **self.extra_defines}
 
     @property
     def entries(self) -> list[str]:
@@ -145,6 +148,31 @@ def check_constraints(name: str, constraints, names: Mapping[str, int]) -> None:
                            f"{constraint.reason}")
 
 
+def evaluate_defines(name: str, defines: Mapping[str, str],
+                     params: Mapping[str, int]) -> dict[str, int]:
+    """The spec's `defines` as integers, in order: each a fixed value or an expression over the
+    parameters and the defines above it, checked to be an int32 before it reaches a compiler."""
+    values: dict[str, int] = {}
+    for macro, expression in defines.items():
+        macro = str(macro)
+        if not MACRO_NAME.match(macro):
+            raise RunError(f"{name}: define name {macro!r} is not an upper-case macro name")
+        if macro in params or macro in ("M", "N", "K"):
+            raise RunError(f"{name}: define {macro} is also a parameter or a size; rename it")
+        try:
+            value = evaluate_int(expression, {**params, **values})
+        except ArithmeticFailure as error:
+            raise Refused(f"{name}: define {macro}: {error}") from None
+        except ExpressionError as error:
+            raise RunError(f"{name}: bad define {macro}: {error} (defines are integers: a "
+                           "number, or an expression over the parameters and earlier "
+                           "defines)") from None
+        if not -INT32_MAX - 1 <= value <= INT32_MAX:
+            raise Refused(f"{name}: define {macro}={value} does not fit a 32-bit int")
+        values[macro] = value
+    return values
+
+
 def _ints(name: str, what: str, expressions, names: Mapping[str, int]) -> tuple[int, ...]:
     try:
         values = tuple(evaluate_int(expression, names) for expression in expressions)
@@ -176,6 +204,8 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     check_params(name, params, kernel_cfg.allowed)
     names = {**params, **size.as_names()}
     check_constraints(name, kernel_cfg.constraints, names)
+    extra_defines = evaluate_defines(name, kernel_cfg.get("defines") or {}, params)
+    names = {**params, **extra_defines, **size.as_names()}
 
     try:
         scratch = {buf: evaluate_int(expr, names) for buf, expr in kernel_cfg.scratch.items()}
@@ -216,4 +246,5 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
                       max_registers, getattr(precision, "value", precision),
                       kernel_cfg.get("requires_compute_capability"),
-                      bool(kernel_cfg.get("requires_exact_architecture", False)))
+                      bool(kernel_cfg.get("requires_exact_architecture", False)),
+                      extra_defines)

@@ -47,6 +47,8 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,
     }
+    if plan.extra_defines:  # left out when there are none, so earlier keys still match
+        identity["defines"] = dict(plan.extra_defines)
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 
