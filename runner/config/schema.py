@@ -49,7 +49,11 @@ class SizeRuleConfig:
 @dataclass
 class LaunchConfig:
     entry: str = MISSING  # kernel function name in the source file
-    args: List[str] = MISSING  # names: M, N, K, the operation's buffers, scratch buffers
+    # In the kernel's parameter order: names (M, N, K, the operation's buffers, scratch
+    # buffers) and scalars written `name=value`: a float32 constant with C's f suffix
+    # ("alpha=1.0f") or an int32 expression over the parameters, defines and sizes ("lda=K").
+    # For sgemm, scalars named alpha and beta mean C = alpha*A*B + beta*C.
+    args: List[str] = MISSING
     local: List[str] = MISSING  # work-group size per dimension (expressions), dimension 0 first
     groups: List[str] = MISSING  # work-groups per dimension (expressions)
     # Dynamic local/shared memory in bytes (expression): CUDA's `extern __shared__` array (the
