@@ -1,6 +1,6 @@
 """The one interface both backends fill the same way.
 
-compile(source, entries, defines) -> CompiledProgram; alloc / upload / view / download /
+compile(source, entries, defines, include_dirs) -> CompiledProgram; alloc / upload / view / download /
 poison;
 launch(kernel, groups, local, args) -> event; time_ms(enqueue) with device events;
 kernel_resources(program, entry); device_info(). Values a driver cannot give are None, never 0.
@@ -70,6 +70,13 @@ class CompiledProgram:
     options: list[str]  # the exact compiler options
     resources: Mapping[str, KernelResources] = field(default_factory=dict)
     keepalive: Any = None  # what must outlive the kernel handles (a CUDA module)
+    # entry -> the kind of each parameter in order: "int" (32-bit), "float" (32-bit),
+    # "pointer", "local" (an OpenCL __local pointer) or "other <type>"; an entry missing (or
+    # None) where the compiler cannot tell, and the launch's arguments then go unchecked.
+    signatures: Mapping[str, Optional[tuple[str, ...]]] = field(default_factory=dict)
+    # entry -> the function's name in the binary where it differs (CUDA: a C++ entry's mangled
+    # name, which NVRTC resolved; nobody writes it by hand)
+    symbols: Mapping[str, str] = field(default_factory=dict)
 
 
 class Backend(ABC):
@@ -80,10 +87,14 @@ class Backend(ABC):
 
     @abstractmethod
     def compile(self, source: str, source_name: str, entries: Sequence[str],
-                defines: Mapping[str, int], max_registers: Optional[int] = None
-                ) -> CompiledProgram:
+                defines: Mapping[str, int], max_registers: Optional[int] = None,
+                include_dirs: Sequence[str] = ()) -> CompiledProgram:
         """Build `source` with `-DNAME=value` per define; `max_registers` caps registers per
-        work-item (NVRTC --maxrregcount, NVIDIA OpenCL -cl-nv-maxrregcount; others ignore it)."""
+        work-item (NVRTC --maxrregcount, NVIDIA OpenCL -cl-nv-maxrregcount; others ignore it).
+        `include_dirs`: the source's own folder first, for the files beside it that it
+        includes (-I); a host header is refused in one line (runner/backends/includes.py).
+        `entries` are what the launches name: a C name, or in CUDA any C++ name (namespaced,
+        a template instantiation) that NVRTC resolves; `kernels` is keyed by them."""
 
     @abstractmethod
     def alloc(self, count: int) -> Any:

@@ -8,7 +8,7 @@ import numpy as np
 from runner.backends import driver_env
 from runner.backends.base import (Backend, CompiledProgram, DeviceInfo, KernelResources,
                                   pci_address)
-from runner.backends.nvrtc import compile_cuda
+from runner.backends.nvrtc import compile_cuda, ptx_signatures
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import RunError
 
@@ -138,10 +138,14 @@ class CUDABackend(Backend):
         return self._info
 
     def compile(self, source: str, source_name: str, entries: Sequence[str],
-                defines: Mapping[str, int], max_registers: Optional[int] = None) -> CompiledProgram:
+                defines: Mapping[str, int], max_registers: Optional[int] = None,
+                include_dirs: Sequence[str] = ()) -> CompiledProgram:
         output = compile_cuda(source, source_name, defines, self.compute_capability,
-                              max_registers)
+                              max_registers, include_dirs, name_expressions=entries)
         reported = parse_ptxas_report(output.log)
+        declared = ptx_signatures(output.ptx)
+        symbol = {entry: output.lowered.get(entry, entry) for entry in entries}  # in the cubin
+        signatures = {entry: declared.get(symbol[entry]) for entry in entries}
         kernels, resources = {}, {}
         module = None
         if self.has_gpu:
@@ -149,21 +153,22 @@ class CUDABackend(Backend):
             module.load(output.cubin)
         for entry in entries:
             if module is None:
-                if entry not in reported:
+                if symbol[entry] not in reported:
                     raise RunError(f"{source_name} has no kernel named {entry} "
-                                   "(is it declared extern \"C\" __global__?)")
+                                   "(is it a __global__ function?)")
                 kernels[entry] = None
-                resources[entry] = reported[entry]
+                resources[entry] = reported[symbol[entry]]
                 continue
             try:
-                function = module.get_function(entry)
+                function = module.get_function(symbol[entry])
             except Exception:  # CuPy raises its driver error for an unknown name
                 raise RunError(f"{source_name} has no kernel named {entry} "
-                               "(is it declared extern \"C\" __global__?)") from None
+                               "(is it a __global__ function?)") from None
             kernels[entry] = function
             resources[entry] = self._function_resources(
-                function, reported.get(entry, KernelResources()))
-        return CompiledProgram(kernels, output.log, output.options, resources, keepalive=module)
+                function, reported.get(symbol[entry], KernelResources()))
+        return CompiledProgram(kernels, output.log, output.options, resources, keepalive=module,
+                               signatures=signatures, symbols=symbol)
 
     def _function_resources(self, function, reported: KernelResources) -> KernelResources:
         from cupy_backends.cuda.api import driver

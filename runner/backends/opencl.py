@@ -16,6 +16,7 @@ from runner.backends import driver_env
 from runner.backends.base import (Backend, CompiledProgram, DeviceInfo, KernelResources,
                                   pci_address)
 from runner.backends.build_log import first_error, pyopencl_build_log
+from runner.backends.includes import check_includes, include_options
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import BuildError, RunError
 
@@ -225,6 +226,27 @@ def _build_error(message: str, source_name: str, options: Sequence[str],
     return BuildError(f"OpenCL build of {source_name} failed: {first}", full_log)
 
 
+_SCALAR_KINDS = {"int": "int", "float": "float"}
+
+
+def kernel_signature(kernel: "cl.Kernel") -> Optional[tuple[str, ...]]:
+    """The kind of each parameter (base.CompiledProgram.signatures), from the kernel's argument
+    info (built with -cl-kernel-arg-info); None where the driver does not give it."""
+    kinds = []
+    try:
+        for index in range(kernel.num_args):
+            type_name = kernel.get_arg_info(index, cl.kernel_arg_info.TYPE_NAME).strip()
+            qualifier = kernel.get_arg_info(index, cl.kernel_arg_info.ADDRESS_QUALIFIER)
+            if type_name.endswith("*"):
+                kinds.append("local" if qualifier == cl.kernel_arg_address_qualifier.LOCAL
+                             else "pointer")
+            else:
+                kinds.append(_SCALAR_KINDS.get(type_name, f"other {type_name}"))
+    except (cl.Error, AttributeError):
+        return None
+    return tuple(kinds)
+
+
 class OpenCLBackend(Backend):
     name = "opencl"
 
@@ -259,8 +281,17 @@ class OpenCLBackend(Backend):
         return self._info
 
     def compile(self, source: str, source_name: str, entries: Sequence[str],
-                defines: Mapping[str, int], max_registers: Optional[int] = None) -> CompiledProgram:
+                defines: Mapping[str, int], max_registers: Optional[int] = None,
+                include_dirs: Sequence[str] = ()) -> CompiledProgram:
+        check_includes(source, source_name, Path(include_dirs[0]) if include_dirs else None,
+                       "opencl")
+        for entry in entries:
+            if not re.fullmatch(r"[A-Za-z_]\w*", entry):
+                raise RunError(f"{source_name}: entry {entry!r} is not an OpenCL C kernel name "
+                               "(C++ names and templates are for CUDA sources)")
         options = [f"-D{name}={int(value)}" for name, value in defines.items()]
+        options += include_options(include_dirs)
+        options.append("-cl-kernel-arg-info")  # the parameters' types: launches are checked
         if self._info.is_nvidia_gpu:
             options.append("-cl-nv-verbose")  # ptxas' register and spill report in the build log
             if self._info.compute_capability:  # e.g. 90: kernels guard sm_80+ inline PTX on it
@@ -280,7 +311,7 @@ class OpenCLBackend(Backend):
             raise _build_error(str(error), source_name, options, "".join(printed)) from None
         build_log = program.get_build_info(self.device, cl.program_build_info.LOG) or ""
         build_log += "".join(printed)
-        kernels, resources = {}, {}
+        kernels, resources, signatures = {}, {}, {}
         reported = parse_ptxas_report(build_log)
         for entry in entries:
             try:
@@ -289,7 +320,9 @@ class OpenCLBackend(Backend):
                 raise RunError(f"{source_name} has no kernel named {entry}") from None
             kernels[entry] = kernel
             resources[entry] = self._kernel_resources(kernel, reported.get(entry))
-        return CompiledProgram(kernels, build_log, options, resources, keepalive=program)
+            signatures[entry] = kernel_signature(kernel)
+        return CompiledProgram(kernels, build_log, options, resources, keepalive=program,
+                               signatures=signatures)
 
     def _kernel_resources(self, kernel: "cl.Kernel",
                           reported: Optional[KernelResources]) -> KernelResources:

@@ -49,7 +49,11 @@ class SizeRuleConfig:
 @dataclass
 class LaunchConfig:
     entry: str = MISSING  # kernel function name in the source file
-    args: List[str] = MISSING  # names: M, N, K, the operation's buffers, scratch buffers
+    # In the kernel's parameter order: names (M, N, K, the operation's buffers, scratch
+    # buffers) and scalars written `name=value`: a float32 constant with C's f suffix
+    # ("alpha=1.0f") or an int32 expression over the parameters, defines and sizes ("lda=K").
+    # For sgemm, scalars named alpha and beta mean C = alpha*A*B + beta*C.
+    args: List[str] = MISSING
     local: List[str] = MISSING  # work-group size per dimension (expressions), dimension 0 first
     groups: List[str] = MISSING  # work-groups per dimension (expressions)
     # Dynamic local/shared memory in bytes (expression): CUDA's `extern __shared__` array (the
@@ -83,6 +87,10 @@ class KernelConfig:
     sources: SourcesConfig = field(default_factory=SourcesConfig)
     params: Dict[str, int] = field(default_factory=dict)  # macro name -> value
     allowed: Dict[str, List[int]] = field(default_factory=dict)  # macro name -> allowed values
+    # Macros beyond the tiling parameters, each passed as -DNAME=<int>: a fixed value
+    # (`KERNEL: 6`) or an integer expression over the parameters and the defines above it
+    # (`RTSM: TSM // WPTM`). In scope of the launch geometry, scratch and work expressions too.
+    defines: Dict[str, str] = field(default_factory=dict)
     constraints: List[ConstraintConfig] = field(default_factory=list)
     launches: List[LaunchConfig] = MISSING
     scratch: Dict[str, str] = field(default_factory=dict)  # buffer name -> float count (expression)

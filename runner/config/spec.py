@@ -7,10 +7,11 @@ option string, as `-DNAME=value`.
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Mapping, Optional
 
 from runner.config.expressions import (
+    HELPERS,
     ArithmeticFailure,
     ExpressionError,
     evaluate,
@@ -46,9 +47,126 @@ class ProblemSize:
 
 
 @dataclass(frozen=True)
+class ScalarArg:
+    """A constant argument from the spec's `args` (`alpha=1.0f`, `lda=K`), as the kernel gets it."""
+    name: str
+    kind: str  # "int" (int32) or "float" (float32)
+    value: int | float
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}{'f' if self.kind == 'float' else ''}"
+
+
+_SCALAR = re.compile(r"^\s*([A-Za-z_]\w*)\s*=\s*(.+?)\s*$")
+_FLOAT32 = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+)([eE][+-]?\d+)?[fF]$")
+_FLOAT64 = re.compile(r"^[+-]?(\d+\.\d*|\.\d+|\d+[eE][+-]?\d+|\d+\.\d*[eE][+-]?\d+)$")
+FLOAT32_MAX = 3.4028234663852886e38
+BLAS_SCALARS = ("alpha", "beta")  # sgemm: C = alpha*A*B + beta*C
+
+
+def parse_arg(name: str, entry: str, text: str, known: set, names: Mapping[str, int]):
+    """One `args` entry: a known name as it is, or `name=value` as a ScalarArg."""
+    text = str(text)
+    match = _SCALAR.match(text)
+    if match is None:
+        if text not in known:
+            raise RunError(f"{name}: launch {entry} names unknown argument {text!r} (known: "
+                           f"{sorted(known)}; a scalar is written name=value, e.g. alpha=1.0f)")
+        return text
+    scalar, value = match.groups()
+    if scalar in known:
+        raise RunError(f"{name}: launch {entry}: scalar {text!r} has the name of an argument the "
+                       "runner provides; give it its parameter's own name")
+    if _FLOAT32.match(value):
+        number = float(value[:-1])
+        if not abs(number) <= FLOAT32_MAX:
+            raise RunError(f"{name}: launch {entry}: {text!r} does not fit a float32")
+        return ScalarArg(scalar, "float", number)
+    if _FLOAT64.match(value):
+        raise RunError(f"{name}: launch {entry}: {text!r}: write {value}f for a float "
+                       "(scalars are float32 with C's f suffix, or int32 expressions)")
+    try:
+        number = evaluate_int(value, names)
+    except ExpressionError as error:
+        raise RunError(f"{name}: launch {entry}: bad scalar {text!r}: {error} (a float32 "
+                       "constant such as 1.0f, or an integer expression)") from None
+    if not -INT32_MAX - 1 <= number <= INT32_MAX:
+        raise RunError(f"{name}: launch {entry}: {text!r} = {number} does not fit an int32")
+    return ScalarArg(scalar, "int", number)
+
+
+_CPP_NAME = re.compile(r"^(::)?[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+
+
+def _template_arguments(text: str) -> list[str]:
+    """`A, f(B, C), T<D, E>` -> the top-level arguments (commas inside brackets stay)."""
+    parts, depth, current = [], 0, ""
+    for char in text:
+        depth += char in "<([" and 1 or 0
+        depth -= char in ">)]" and 1 or 0
+        if char == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += char
+    return parts + [current]
+
+
+def resolve_entry(name: str, entry: str, names: Mapping[str, int]) -> tuple[str, set]:
+    """A launch's `entry` as the compiler is asked for it, and the parameters and defines that
+    feed its template arguments. `ns::gemm` stays as it is; in `Sgemm<BM, BK * 2, true, float>`
+    each argument that is an expression over the parameters and defines is replaced by its
+    value (`Sgemm<128, 16, true, float>`), C++ literals and type names stay as written."""
+    entry = str(entry).strip()
+    if "<" not in entry:
+        if not _CPP_NAME.match(entry):
+            raise RunError(f"{name}: entry {entry!r} is not a function name (a C name, "
+                           "ns::name, or a template such as name<BM, BN>)")
+        return entry, set()
+    base, _, rest = entry.partition("<")
+    base = base.strip()
+    if not _CPP_NAME.match(base) or not rest.rstrip().endswith(">"):
+        raise RunError(f"{name}: entry {entry!r} is not a template instantiation "
+                       "(name<argument, ...>)")
+    resolved, used = [], set()
+    for argument in _template_arguments(rest.rstrip()[:-1]):
+        argument = argument.strip()
+        identifiers = set(_IDENTIFIER.findall(argument)) - {"true", "false"}
+        macros = {i for i in identifiers if MACRO_NAME.match(i) and len(i) > 1}
+        if argument in ("true", "false") or (identifiers and not identifiers <= set(names)
+                                             and not macros):
+            resolved.append(argument)  # a C++ literal or a type name: as written
+            continue
+        unknown = sorted(identifiers - set(names) - set(HELPERS))
+        if unknown:
+            raise RunError(f"{name}: template argument {argument!r} of entry {entry!r} names "
+                           f"{', '.join(unknown)}, which is no parameter or define")
+        try:
+            value = evaluate(argument, names)
+        except ExpressionError as error:
+            raise RunError(f"{name}: template argument {argument!r} of entry {entry!r}: "
+                           f"{error}") from None
+        if isinstance(value, bool):
+            resolved.append("true" if value else "false")
+        elif isinstance(value, int) or float(value).is_integer():
+            resolved.append(str(int(value)))
+        else:
+            raise RunError(f"{name}: template argument {argument!r} of entry {entry!r} gave "
+                           f"{value!r}, not an integer or a truth value")
+        used |= identifiers & set(names)
+    return f"{base}<{', '.join(resolved)}>", used
+
+
+def entry_label(entry: str) -> str:
+    """An entry as a file or metric name: `ns::Sgemm<128, 8, true>` -> `ns_Sgemm_128_8_true`."""
+    return re.sub(r"\W+", "_", entry).strip("_") or "entry"
+
+
+@dataclass(frozen=True)
 class Launch:
     entry: str
-    args: tuple[str, ...]
+    args: tuple  # names (str) and ScalarArg constants, in the kernel's parameter order
     local: tuple[int, ...]
     groups: tuple[int, ...]
     local_bytes: int = 0  # dynamic local/shared memory
@@ -75,10 +193,41 @@ class KernelPlan:
     precision: str = "fp32"
     requires_compute_capability: Optional[int] = None
     requires_exact_architecture: bool = False
+    # The spec's `defines`, evaluated: fixed and derived macros beyond the parameters.
+    extra_defines: Mapping[str, int] = field(default_factory=dict)
+    # Parameters and defines that feed a template argument of an entry: not macros as well
+    # (-DBM=128 would rewrite the template's own `int BM` into `int 128`).
+    template_params: frozenset = frozenset()
 
     @property
     def defines(self) -> dict[str, int]:
-        return dict(self.params)
+        """Every -DNAME=value the source is compiled with: the parameters, then the defines,
+        less those that feed template arguments."""
+        return {name: value for name, value in {**self.params, **self.extra_defines}.items()
+                if name not in self.template_params}
+
+    def blas_scalar(self, which: str, default: float) -> float:
+        """sgemm's alpha or beta: the main launch's scalar of that name, else `default`."""
+        for arg in self.main_launch.args:
+            if isinstance(arg, ScalarArg) and arg.name == which:
+                return float(arg.value)
+        return default
+
+    @property
+    def blas_alpha(self) -> float:
+        return self.blas_scalar("alpha", 1.0) if self.operation is Operation.sgemm else 1.0
+
+    @property
+    def blas_beta(self) -> float:
+        """Non-zero: C's buffer holds C0 before every launch and the result is checked against
+        alpha*A*B + beta*C0."""
+        return self.blas_scalar("beta", 0.0) if self.operation is Operation.sgemm else 0.0
+
+    @property
+    def scalars(self) -> dict[str, str]:
+        """Every launch's scalar arguments, as written out (recorded, and in the measurement key)."""
+        return {f"{launch.entry}.{arg.name}": str(arg) for launch in self.launches
+                for arg in launch.args if isinstance(arg, ScalarArg)}
 
     @property
     def entries(self) -> list[str]:
@@ -150,6 +299,31 @@ def check_constraints(name: str, constraints, names: Mapping[str, int]) -> None:
                            f"{constraint.reason}")
 
 
+def evaluate_defines(name: str, defines: Mapping[str, str],
+                     params: Mapping[str, int]) -> dict[str, int]:
+    """The spec's `defines` as integers, in order: each a fixed value or an expression over the
+    parameters and the defines above it, checked to be an int32 before it reaches a compiler."""
+    values: dict[str, int] = {}
+    for macro, expression in defines.items():
+        macro = str(macro)
+        if not MACRO_NAME.match(macro):
+            raise RunError(f"{name}: define name {macro!r} is not an upper-case macro name")
+        if macro in params or macro in ("M", "N", "K"):
+            raise RunError(f"{name}: define {macro} is also a parameter or a size; rename it")
+        try:
+            value = evaluate_int(expression, {**params, **values})
+        except ArithmeticFailure as error:
+            raise Refused(f"{name}: define {macro}: {error}") from None
+        except ExpressionError as error:
+            raise RunError(f"{name}: bad define {macro}: {error} (defines are integers: a "
+                           "number, or an expression over the parameters and earlier "
+                           "defines)") from None
+        if not -INT32_MAX - 1 <= value <= INT32_MAX:
+            raise Refused(f"{name}: define {macro}={value} does not fit a 32-bit int")
+        values[macro] = value
+    return values
+
+
 def _ints(name: str, what: str, expressions, names: Mapping[str, int]) -> tuple[int, ...]:
     try:
         values = tuple(evaluate_int(expression, names) for expression in expressions)
@@ -181,6 +355,8 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     check_params(name, params, kernel_cfg.allowed)
     names = {**params, **size.as_names()}
     check_constraints(name, kernel_cfg.constraints, names)
+    extra_defines = evaluate_defines(name, kernel_cfg.get("defines") or {}, params)
+    names = {**params, **extra_defines, **size.as_names()}
 
     try:
         scratch = {buf: evaluate_int(expr, names) for buf, expr in kernel_cfg.scratch.items()}
@@ -190,14 +366,18 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         raise RunError(f"{name}: bad spec: {error}") from None
 
     known_args = set(size.as_names()) | set(OPERATION_BUFFERS[operation]) | set(scratch)
-    launches = []
+    launches, template_params = [], set()
     for launch_cfg in kernel_cfg.launches:
         if not _launch_wanted(name, launch_cfg, names):
             continue
-        unknown = [arg for arg in launch_cfg.args if arg not in known_args]
-        if unknown:
-            raise RunError(f"{name}: launch {launch_cfg.entry} names unknown arguments {unknown} "
-                           f"(known: {sorted(known_args)})")
+        entry, feeding = resolve_entry(name, launch_cfg.entry, {**params, **extra_defines})
+        template_params |= feeding
+        args = tuple(parse_arg(name, launch_cfg.entry, arg, known_args, names)
+                     for arg in launch_cfg.args)
+        scalar_names = [arg.name for arg in args if isinstance(arg, ScalarArg)]
+        if len(set(scalar_names)) != len(scalar_names):
+            raise RunError(f"{name}: launch {launch_cfg.entry} names a scalar twice: "
+                           f"{scalar_names}")
         local = _ints(name, "local size", launch_cfg.local, names)
         groups = _ints(name, "group count", launch_cfg.groups, names)
         if len(local) != len(groups):
@@ -210,8 +390,7 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         if local_bytes < 0:
             raise RunError(f"{name}: launch {launch_cfg.entry} asks for {local_bytes} bytes of "
                            "local memory")
-        launches.append(Launch(launch_cfg.entry, tuple(launch_cfg.args), local, groups,
-                               local_bytes))
+        launches.append(Launch(entry, args, local, groups, local_bytes))
     if not launches:
         raise RunError(f"{name}: the spec lists no launches")
     max_registers = kernel_cfg.get("max_registers")
@@ -221,4 +400,5 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
     return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
                       max_registers, getattr(precision, "value", precision),
                       kernel_cfg.get("requires_compute_capability"),
-                      bool(kernel_cfg.get("requires_exact_architecture", False)))
+                      bool(kernel_cfg.get("requires_exact_architecture", False)),
+                      extra_defines, frozenset(template_params))

@@ -92,10 +92,11 @@ def inspect_config(cfg):
     backend = _backend(cfg)
     file_name = source_file_name(cfg.kernel, backend.name)
     _check_target(plan, backend)
-    source = kernel_source_path(backend.name, file_name, cfg.kernel_dirs).read_text()
+    path = kernel_source_path(backend.name, file_name, cfg.kernel_dirs)
+    source, include_dirs = path.read_text(), (str(path.parent),)
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
-                           plan.max_registers)
-    return inspect_program(backend, source, file_name, plan, program)
+                           plan.max_registers, include_dirs)
+    return inspect_program(backend, source, file_name, plan, program, include_dirs)
 
 
 def write_files(inspection, folder: Path) -> Path:

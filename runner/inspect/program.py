@@ -20,6 +20,7 @@ from typing import Callable, Optional
 
 from runner.backends.base import KernelResources
 from runner.backends.ptxas import parse_ptxas_report
+from runner.config.spec import entry_label
 from runner.inspect.sass import BANK_RULE, InstructionMix, main_loop, parse_sass
 
 # The disassemblers, in the order tried, with the pip package that carries each one.
@@ -123,31 +124,35 @@ def _binary_kind(binary: bytes) -> str:
 
 
 def inspect_cuda(kernel: str, source: str, file_name: str, entries: list[str], defines: dict,
-                 compute_capability: int, max_registers: Optional[int], target: str
-                 ) -> Inspection:
-    from runner.backends.nvrtc import (
-        compile_cuda,  # cached: a run's own compile is reused
-    )
+                 compute_capability: int, max_registers: Optional[int], target: str,
+                 include_dirs: tuple = ()) -> Inspection:
+    from runner.backends.nvrtc import compile_cuda  # cached: a run's own compile is reused
 
-    output = compile_cuda(source, file_name, defines, compute_capability, max_registers)
+    output = compile_cuda(source, file_name, defines, compute_capability, max_registers,
+                          include_dirs, name_expressions=entries)
     reported = parse_ptxas_report(output.log)
     barriers = barriers_per_function(output.log)
     sass, how = disassemble(output.cubin)
     functions = parse_sass(sass) if sass else {}
     reports = []
     for entry in entries:
-        instructions = functions.get(entry)
+        symbol = output.lowered.get(entry, entry)  # a C++ entry's mangled name in the cubin
+        instructions = functions.get(symbol)
         loop = main_loop(instructions) if instructions else None
         reports.append(EntryReport(
-            entry, reported.get(entry, KernelResources()), barriers.get(entry),
+            entry, reported.get(symbol, KernelResources()), barriers.get(symbol),
             InstructionMix.of(instructions) if instructions else None,
             InstructionMix.of(loop) if loop else None))
     main = entries[-1]
     inspection = Inspection(kernel, "cuda", target, list(output.options), dict(defines), reports)
-    inspection.files[f"{main}.ptx"] = output.ptx or "(NVRTC gave no PTX)\n"
+    for entry in entries:
+        if output.lowered.get(entry, entry) != entry:
+            inspection.notes.append(f"`{entry}` is `{output.lowered[entry]}` in the cubin "
+                                    "(NVRTC's lowered name)")
+    inspection.files[f"{entry_label(main)}.ptx"] = output.ptx or "(NVRTC gave no PTX)\n"
     inspection.files["ptxas.txt"] = _ptxas_lines(output.log) or output.log or "(empty)\n"
     if sass:
-        inspection.files[f"{main}.sass"] = sass
+        inspection.files[f"{entry_label(main)}.sass"] = sass
         inspection.notes.append(f"SASS by {how}")
     else:
         inspection.notes.append(how)
@@ -179,7 +184,7 @@ def inspect_opencl(kernel: str, backend, program, file_name: str, entries: list[
     main = entries[-1]
     if info.is_nvidia_gpu:
         if binary:
-            inspection.files[f"{main}.ptx"] = binary.rstrip(b"\0").decode(errors="replace")
+            inspection.files[f"{entry_label(main)}.ptx"] = binary.rstrip(b"\0").decode(errors="replace")
             inspection.notes.append("PTX from the program binary (NVIDIA's OpenCL binary is PTX)")
         else:
             inspection.notes.append(f"the driver gave no program binary ({why or 'empty'})")
@@ -305,7 +310,8 @@ def summary_markdown(inspection: Inspection) -> str:
     return "\n".join(text) + "\n"
 
 
-def inspect_program(backend, source: str, file_name: str, plan, program) -> Inspection:
+def inspect_program(backend, source: str, file_name: str, plan, program,
+                    include_dirs: tuple = ()) -> Inspection:
     """The inspection of a program the backend compiled for `plan`, with its files."""
     main = plan.main_launch.entry  # last: a pass that sums split-K slices runs after it
     entries = [entry for entry in plan.entries if entry != main] + [main]
@@ -313,7 +319,8 @@ def inspect_program(backend, source: str, file_name: str, plan, program) -> Insp
         target = (backend.device_info().name if backend.has_gpu
                   else f"sm_{backend.compute_capability}, no GPU")
         inspection = inspect_cuda(plan.name, source, file_name, entries, plan.defines,
-                                  backend.compute_capability, plan.max_registers, target)
+                                  backend.compute_capability, plan.max_registers, target,
+                                  tuple(include_dirs))
     else:
         inspection = inspect_opencl(plan.name, backend, program, file_name, entries,
                                     plan.defines)

@@ -14,6 +14,7 @@ from typing import Optional
 
 from runner import __version__
 from runner.backends.base import Backend
+from runner.backends.includes import local_includes
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
 from runner.errors import RunError
@@ -49,6 +50,14 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,
     }
+    if plan.extra_defines:  # left out when there are none, so earlier keys still match
+        identity["defines"] = dict(plan.extra_defines)
+    if plan.scalars:
+        identity["scalars"] = plan.scalars
+    headers = local_includes(path.read_text(errors="replace"), path.parent)
+    if headers:  # the files beside the source that it includes are part of what is measured
+        identity["headers_sha256"] = {included.name: hashlib.sha256(included.read_bytes())
+                                      .hexdigest() for included in headers}
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 

@@ -5,14 +5,19 @@ Everything learnt along the way goes to the recorder at once, so a run that fail
 still recorded with what it had.
 """
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Callable, Optional, Sequence
 
+import numpy as np
+
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
+from runner.backends.includes import local_includes
 from runner.config.paths import kernel_source_path
-from runner.config.spec import KernelPlan
+from runner.config.spec import KernelPlan, ScalarArg, entry_label
 from runner.errors import Refused, RunError, VerificationError
 from runner.record import names
 from runner.run.gpu_state import GpuState, Monitor, nvml_handle
@@ -98,6 +103,19 @@ class PreparedRun:
     guarded: dict = field(default_factory=dict)  # name -> GuardedBuffer around `buffers[name]`
     kernel_name: str = ""
     size_label: str = ""
+    # name -> (pristine device copy, bytes): an output whose initial contents the kernel reads
+    # (sgemm with beta != 0), copied back in before the checked launch and every timed sample.
+    initial: dict = field(default_factory=dict)
+    blas: tuple = (1.0, 0.0)  # sgemm's (alpha, beta), for the check
+    include_dirs: tuple = ()  # the source's folder: the files beside it that it includes
+    headers: dict = field(default_factory=dict)  # those files: name -> text (recorded)
+
+    def restore(self, backend: Backend) -> None:
+        """Copy each such output's initial contents back in (outside any timed span)."""
+        for name, (pristine, nbytes) in self.initial.items():
+            backend.device_copy(self.buffers[name], pristine, nbytes)
+        if self.initial:
+            backend.synchronize()
 
 
 _programs: dict[tuple, CompiledProgram] = {}
@@ -105,18 +123,25 @@ _inspections: dict[tuple, dict[str, str]] = {}
 
 
 def _program_key(backend: Backend, source: str, file_name: str, entries: list[str],
-                 defines: dict[str, int], max_registers) -> tuple:
+                 defines: dict[str, int], max_registers, include_dirs: Sequence[str] = ()
+                 ) -> tuple:
+    folder = Path(include_dirs[0]) if include_dirs else None
+    headers = tuple((str(path), path.read_bytes()) for path in local_includes(source, folder)) \
+        if folder is not None else ()  # an edited header beside the source: another program
     return (id(backend), source, file_name, tuple(entries), tuple(sorted(defines.items())),
-            max_registers)
+            max_registers, tuple(include_dirs), headers)
 
 
 def compile_once(backend: Backend, source: str, file_name: str, entries: list[str],
-                 defines: dict[str, int], max_registers) -> CompiledProgram:
+                 defines: dict[str, int], max_registers,
+                 include_dirs: Sequence[str] = ()) -> CompiledProgram:
     """Compile a source with its defines once per backend and process (a sweep's jobs that
-    differ only in size, or a re-run, reuse the program, its log and its resource report)."""
-    key = _program_key(backend, source, file_name, entries, defines, max_registers)
+    differ only in size, or a re-run, reuse the program, its log and its resource report).
+    `include_dirs`: the source's own folder, for the files beside it that it includes."""
+    key = _program_key(backend, source, file_name, entries, defines, max_registers, include_dirs)
     if key not in _programs:
-        _programs[key] = backend.compile(source, file_name, entries, defines, max_registers)
+        _programs[key] = backend.compile(source, file_name, entries, defines, max_registers,
+                                         include_dirs=tuple(include_dirs))
     return _programs[key]
 
 
@@ -125,13 +150,14 @@ def inspect_once(backend: Backend, prepared: "PreparedRun", plan: KernelPlan) ->
     or the build log), made once per program like the program itself. Never fails a run: what
     could not be made is said in summary.md."""
     key = _program_key(backend, prepared.source, prepared.file_name, plan.entries, plan.defines,
-                       plan.max_registers)
+                       plan.max_registers, prepared.include_dirs)
     if key not in _inspections:
         try:
             from runner.inspect.program import inspect_program
 
             _inspections[key] = inspect_program(backend, prepared.source, prepared.file_name,
-                                                plan, prepared.program).files
+                                                plan, prepared.program,
+                                                prepared.include_dirs).files
         except Exception as error:  # a missing or failing tool is a note, not a failed run
             _inspections[key] = {"summary.md": f"# {plan.name}: no inspection\n\n"
                                                f"{type(error).__name__}: {error}\n"}
@@ -146,28 +172,84 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
     file_name = sources_cfg.get(backend.name)
     if file_name is None:
         raise Refused(f"{plan.name} has no {backend.name} source")
-    source = kernel_source_path(backend.name, file_name, kernel_dirs).read_text()
+    path = kernel_source_path(backend.name, file_name, kernel_dirs)
+    source = path.read_text()
+    include_dirs = (str(path.parent),)  # files beside the source that it includes
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
-                           plan.max_registers)
+                           plan.max_registers, include_dirs)
+    check_signatures(plan, program, file_name, backend.name)
     artifact = source_with_defines(source, program.options, plan.defines)
+    headers = {included.name: included.read_text(errors="replace")
+               for included in local_includes(source, path.parent)}
     if program.kernels and all(kernel is None for kernel in program.kernels.values()):
-        return PreparedRun(file_name, artifact, program, {}, lambda: [], source)  # compile-only
+        return PreparedRun(file_name, artifact, program, {}, lambda: [], source,  # compile-only
+                           include_dirs=include_dirs, headers=headers)
     out_rows, out_cols = problem.output_shape
     guarded = {name: guarded_upload(backend, array, array.shape[-1], guards)
                for name, array in problem.inputs.items()}
-    guarded[problem.output_name] = guarded_alloc(backend, out_rows * out_cols, out_cols, guards)
+    initial = problem.initial.get(problem.output_name)
+    if initial is not None:  # the kernel reads it: C0 between the guards, not an input
+        guarded[problem.output_name] = dataclasses.replace(
+            guarded_upload(backend, initial, out_cols, guards), original=None)
+    else:
+        guarded[problem.output_name] = guarded_alloc(backend, out_rows * out_cols, out_cols,
+                                                     guards)
     for name, count in plan.scratch.items():
         guarded[name] = guarded_alloc(backend, count, max(plan.size.M, plan.size.N), guards)
     buffers = {name: buffer.inner for name, buffer in guarded.items()}
     values = {**plan.size.as_names(), **buffers}
+    bound = [[values[arg] if isinstance(arg, str) else scalar_value(arg) for arg in launch.args]
+             for launch in plan.launches]
 
     def enqueue():
         return [backend.launch(program.kernels[launch.entry], launch.groups, launch.local,
-                               [values[arg] for arg in launch.args], launch.local_bytes)
-                for launch in plan.launches]
+                               args, launch.local_bytes)
+                for launch, args in zip(plan.launches, bound)]
 
+    pristine = {}
+    if initial is not None:
+        pristine[problem.output_name] = (backend.upload(initial), initial.nbytes)
     return PreparedRun(file_name, artifact, program, buffers, enqueue, source, guarded, plan.name,
-                       plan.size.label(plan.operation))
+                       plan.size.label(plan.operation), pristine,
+                       (plan.blas_alpha, plan.blas_beta), include_dirs, headers)
+
+
+def scalar_value(arg: ScalarArg):
+    """A scalar as the kernel takes it: np.float32 (a Python float would go as a double to
+    CUDA), or an int, which both backends pass as a 32-bit int."""
+    return np.float32(arg.value) if arg.kind == "float" else int(arg.value)
+
+
+def _arg_kind(arg, plan: KernelPlan) -> str:
+    if isinstance(arg, ScalarArg):
+        return arg.kind
+    return "int" if arg in plan.size.as_names() else "pointer"
+
+
+def check_signatures(plan: KernelPlan, program: CompiledProgram, file_name: str,
+                     backend_name: str) -> None:
+    """Each launch's arguments against its function's parameters, where the backend can tell
+    them (CompiledProgram.signatures): their number, and int / float / pointer for each. A
+    trailing OpenCL `__local` parameter is the launch's `local_bytes`."""
+    for launch in plan.launches:
+        declared = program.signatures.get(launch.entry)
+        if declared is None:
+            continue  # this driver cannot tell: unchecked
+        declared = list(declared)
+        if launch.local_bytes and declared and declared[-1] == "local":
+            declared.pop()
+        given = [_arg_kind(arg, plan) for arg in launch.args]
+        shown = ", ".join(str(arg) for arg in launch.args)
+        if len(given) != len(declared):
+            raise RunError(f"{plan.name}: launch {launch.entry} passes {len(given)} arguments "
+                           f"({shown}) but {file_name} declares {len(declared)} "
+                           f"({', '.join(declared)}) on {backend_name}")
+        for index, (arg, want, have) in enumerate(zip(launch.args, given, declared)):
+            if want != have and not have.startswith("other"):
+                raise RunError(f"{plan.name}: launch {launch.entry}: argument {index + 1} "
+                               f"({arg}) is {'an' if want == 'int' else 'a'} {want}, but "
+                               f"parameter {index + 1} of {file_name}'s {launch.entry} is "
+                               f"{'an' if have == 'int' else 'a'} {have}")
 
 
 def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
@@ -175,15 +257,16 @@ def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, ch
     """One launch into poisoned output and scratch, checked against the reference, after its
     guard zones and inputs are checked (a VerificationError when it wrote where it must not)."""
     for name, buffer in prepared.buffers.items():
-        if name not in problem.inputs:
+        if name not in problem.inputs and name not in prepared.initial:
             backend.poison(buffer)
+    prepared.restore(backend)  # C0 into C, where the kernel reads C (beta != 0)
     backend.time_ms(prepared.enqueue)
     for name, guarded in prepared.guarded.items():
         wrong = violation(backend, name, guarded)
         if wrong:
             raise VerificationError(f"{prepared.kernel_name} {wrong} at {prepared.size_label}")
     result = backend.download(prepared.buffers[problem.output_name], problem.output_shape)
-    return check_result(problem.operation, problem, result, check_cfg, seed)
+    return check_result(problem.operation, problem, result, check_cfg, seed, *prepared.blas)
 
 
 def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
@@ -202,7 +285,7 @@ def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
             metrics[names.GBPS_PER_WATT] = metrics[names.GBPS] / power
     recorder.metrics(metrics)
     if state.present:
-        recorder.tags({names.GPU_OTHER_PROCESSES: ", ".join(str(p) for p in sorted(state.present))})
+        recorder.tags({names.GPU_OTHER_PROCESSES: ", ".join(map(str, sorted(state.present)))})
     recorder.tags({names.GPU_HYGIENE: state.hygiene,
                    names.GPU_HYGIENE_REASONS: state.why() or "—",
                    names.GPU_CLOCK_REASONS: ", ".join(sorted(state.reasons)) or "none"})
@@ -239,17 +322,21 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     # host) is refused in a moment instead of filling the host's memory first.
     problem_floats = operation_floats(plan.operation, plan.size)
     buffer_floats = {**problem_floats, **plan.scratch}
+    if plan.blas_beta != 0.0:  # a pristine copy of C0 to restore C from
+        buffer_floats["C0"] = problem_floats["C"]
     if plan.operation.value != "sgemm":
         buffer_floats["baseline copy"] = problem_floats["src"]
     check_memory(plan, device, buffer_floats)
     check_host_memory(plan, problem_floats)
-    problem = make_problem(plan.operation, plan.size, cfg.seed)
+    problem = make_problem(plan.operation, plan.size, cfg.seed, plan.blas_beta != 0.0)
 
     on_phase("compile")
     # Under a sanitizer the buffers are bare, so that the tool sees their real bounds.
     prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs,
                        guards=not cfg.check.get("sanitizer"))
     recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
+    for header, text in prepared.headers.items():  # what it includes, beside it
+        recorder.text(text, f"source/{header}")
     recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
     if cfg.tracking.inspect:
         for name, text in inspect_once(backend, prepared, plan).items():
@@ -258,7 +345,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     main = plan.main_launch
     metrics = resource_metrics(resources[main.entry], dynamic_local_bytes=main.local_bytes)
     for side, launch in plan.helper_launches():
-        metrics.update(resource_metrics(resources[launch.entry], f"{side}/{launch.entry}/",
+        metrics.update(resource_metrics(resources[launch.entry],
+                                        f"{side}/{entry_label(launch.entry)}/",
                                         launch.local_bytes))
     recorder.metrics(metrics)
     check_kernel_limits(plan, device, resources)
@@ -280,12 +368,18 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     enqueue, buffers = prepared.enqueue, prepared.buffers
     on_phase("time")
     gpu = nvml_handle(device.uuid, device.pci_address) if device.is_nvidia_gpu else None
+    before_each = None
+    if prepared.initial or cfg.timing.flush_l2:
+        def before_each():
+            prepared.restore(backend)  # every sample starts from C0 (beta != 0)
+            if cfg.timing.flush_l2:
+                backend.flush_cache()  # after the restore, so the sample still starts cold
 
     def timed() -> tuple[list, GpuState]:
         with Monitor(gpu) as state:
             taken = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup,
                             Repetitions.of(cfg.timing), f"{plan.name} on {backend.name}",
-                            backend.flush_cache if cfg.timing.flush_l2 else None)
+                            before_each)
         return taken, state
 
     samples, gpu_state = timed()

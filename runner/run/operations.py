@@ -5,7 +5,7 @@ shares `copy` or `transpose`.
 """
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
@@ -29,6 +29,9 @@ class Problem:
     inputs: dict[str, np.ndarray]  # operation buffer name -> host array (float32)
     output_name: str
     output_shape: tuple[int, int]
+    # The output's contents before each launch, where the kernel reads them (sgemm with
+    # beta != 0: C0); empty: the output is poisoned instead, so every element must be written.
+    initial: dict = field(default_factory=dict)
 
 
 def operation_floats(operation: Operation, size: ProblemSize) -> dict[str, int]:
@@ -40,18 +43,22 @@ def operation_floats(operation: Operation, size: ProblemSize) -> dict[str, int]:
 
 
 @functools.lru_cache(maxsize=2)
-def make_problem(operation: Operation, size: ProblemSize, seed: int) -> Problem:
+def make_problem(operation: Operation, size: ProblemSize, seed: int,
+                 initial_output: bool = False) -> Problem:
     """Fresh random inputs from `seed`: uniform in [-1, 1), never zeros. The same arrays for
     the same operation, size and seed within a process (a sweep's jobs on one problem): drawing
-    two 4096x4096 matrices costs more than a job's tracking. Nothing writes to them."""
+    two 4096x4096 matrices costs more than a job's tracking. Nothing writes to them.
+    `initial_output` (sgemm with beta != 0): C0 as well, drawn the same way after A and B, so
+    A and B are the same arrays with or without it."""
     rng = np.random.default_rng(seed)
 
     def draw(rows: int, cols: int) -> np.ndarray:
         return rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
 
     if operation is Operation.sgemm:
-        return Problem(operation, {"A": draw(size.M, size.K), "B": draw(size.K, size.N)}, "C",
-                       (size.M, size.N))
+        inputs = {"A": draw(size.M, size.K), "B": draw(size.K, size.N)}
+        initial = {"C": draw(size.M, size.N)} if initial_output else {}
+        return Problem(operation, inputs, "C", (size.M, size.N), initial)
     if operation is Operation.copy:
         return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.M, size.N))
     return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.N, size.M))
@@ -107,8 +114,10 @@ def _float64_reference(A: np.ndarray, B: np.ndarray, full: bool, sample_rows: in
 
 def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
                 full_reference_max_macs: int, sample_rows: int, sample_cols: int,
-                seed: int) -> CheckResult:
-    """Relative Frobenius error of C against a float64 reference.
+                seed: int, alpha: float = 1.0, beta: float = 0.0,
+                C0: Optional[np.ndarray] = None) -> CheckResult:
+    """Relative Frobenius error of C against a float64 reference of alpha*A·B + beta*C0
+    (A·B unless the kernel takes alpha and beta).
 
     Small problems: the whole product. Large ones: whole rows and whole columns of C at random
     positions, exact in float64 where they look and O((rows + cols) * K * N) to compute; every
@@ -122,6 +131,21 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
     full = M * N * K <= full_reference_max_macs
     rows, cols, reference, ref_rows, ref_cols = _float64_reference(A, B, full, sample_rows,
                                                                    sample_cols, seed)
+    if alpha != 1.0 or beta != 0.0:  # the kernel gets float32 scalars: so does the reference
+        alpha64, beta64 = float(np.float32(alpha)), float(np.float32(beta))
+        if beta64 != 0.0 and C0 is None:
+            raise ValueError("beta != 0 needs C's initial values C0")
+
+        def blend(product, rows_of=slice(None), cols_of=slice(None)):
+            out = alpha64 * product
+            if beta64 != 0.0:
+                out = out + beta64 * C0[rows_of, cols_of].astype(np.float64)
+            return out
+
+        if full:
+            reference = blend(reference)
+        else:
+            ref_rows, ref_cols = blend(ref_rows, rows_of=rows), blend(ref_cols, cols_of=cols)
     if full:
         error = np.linalg.norm(C - reference) / max(np.linalg.norm(reference), 1e-300)
         method = "full float64 reference"
@@ -131,6 +155,8 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
         error = np.sqrt(diff / max(norm, 1e-300))
         method = (f"float64 reference on {len(rows)} random rows and {len(cols)} random columns, "
                   "finite check on all of C")
+    if alpha != 1.0 or beta != 0.0:
+        method += f" of alpha*A·B + beta*C0 (alpha={alpha:g}, beta={beta:g})"
     error = float(error)
     if not error <= tolerance:
         return CheckResult(False, error, method,
@@ -154,11 +180,11 @@ def check_exact(expected: np.ndarray, result: np.ndarray) -> CheckResult:
 
 
 def check_result(operation: Operation, problem: Problem, result: np.ndarray, check_cfg,
-                 seed: int) -> CheckResult:
+                 seed: int, alpha: float = 1.0, beta: float = 0.0) -> CheckResult:
     if operation is Operation.sgemm:
         return check_sgemm(problem.inputs["A"], problem.inputs["B"], result, check_cfg.tolerance,
                            check_cfg.full_reference_max_macs, check_cfg.sample_rows,
-                           check_cfg.sample_cols, seed)
+                           check_cfg.sample_cols, seed, alpha, beta, problem.initial.get("C"))
     source = problem.inputs["src"]
     expected = source if operation is Operation.copy else np.ascontiguousarray(source.T)
     return check_exact(expected, result)
