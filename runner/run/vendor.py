@@ -58,6 +58,19 @@ def _cuda_device_for(backend: Backend) -> Optional[int]:
     return found[0] if len(found) == 1 else None
 
 
+def cuda_device_label(device_id: int) -> str:
+    """"CUDA device 1 (00000000:65:00.0)": which GPU a baseline ran on, for its record."""
+    try:
+        import cupy
+
+        from runner.backends.cuda import cuda_pci_address
+
+        return (f"CUDA device {device_id} "
+                f"({cuda_pci_address(cupy.cuda.runtime.getDeviceProperties(device_id))})")
+    except Exception:  # the address is a detail: the device id alone still says where
+        return f"CUDA device {device_id}"
+
+
 def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup: int,
                  repeats: int, flush_l2: bool = False,
                  tf32: bool = False) -> tuple[list[float], np.ndarray]:
@@ -208,12 +221,7 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
     if device_id is not None:
         samples, C = cublas_sgemm(A, B, device_id, warmup, repeats, timing_cfg.flush_l2)
         name = "cuBLAS SGEMM (CuPy, TF32 off)"
-        import cupy
-
-        from runner.backends.cuda import cuda_pci_address
-
-        props = cupy.cuda.runtime.getDeviceProperties(device_id)
-        where = f"CUDA device {device_id} ({cuda_pci_address(props)})"
+        where = cuda_device_label(device_id)
     elif backend.device_info().device_type == "cpu":
         samples, C, notes = numpy_sgemm(A, B, warmup, repeats)
         name = "numpy SGEMM (host BLAS)"
