@@ -458,3 +458,17 @@ def test_make_ui_binds_localhost():
 
     command = server_command("sqlite:///mlflow.db", 5000)
     assert command[command.index("--host") + 1] == "127.0.0.1"
+
+
+@pytest.mark.parametrize("command", [("-m", "runner"), ("-m", "runner.inspect")])
+def test_backend_cuda_without_cupy_says_what_to_install(tmp_path, command):
+    """CuPy hidden from the process (isolate=false: the run is made in that process)."""
+    hidden = ("import runpy, sys; sys.modules['cupy'] = None; sys.argv[0] = 'gemmlab'; "
+              f"runpy.run_module({command[1]!r}, run_name='__main__')")
+    done = gemmlab(tmp_path, "backend=cuda", "kernel=matmul_1", "isolate=false",
+                   f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}", quick=False,
+                   prefix=("-c", hidden))
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    assert "backend=cuda needs CuPy" in output and "pip install 'gemmlab[cuda]'" in output

@@ -56,6 +56,26 @@ def cuda_uuid(props: dict) -> Optional[str]:
     return f"GPU-{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
 
+CUDA_EXTRA = "pip install 'gemmlab[cuda]'"
+
+
+def require_cupy() -> None:
+    """A RunError saying what to install where CuPy or NVIDIA's NVRTC is missing."""
+    try:
+        import cupy  # noqa: F401
+    except ImportError:
+        raise RunError(f"backend=cuda needs CuPy, which is not installed: {CUDA_EXTRA} "
+                       "(CuPy and NVIDIA's NVRTC; on a GPU host with CUDA 13, cupy-cuda13x)"
+                       ) from None
+    try:
+        from cupy_backends.cuda.libs import nvrtc  # noqa: F401
+        nvrtc.getVersion()
+    except Exception as error:
+        raise RunError(f"backend=cuda needs NVIDIA's NVRTC, which CuPy cannot load "
+                       f"({type(error).__name__}: {str(error).strip()[:120]}): {CUDA_EXTRA}"
+                       ) from None
+
+
 def gpu_count() -> int:
     """Number of CUDA GPUs CuPy can see (0 when CuPy or the driver is missing)."""
     try:
@@ -87,6 +107,7 @@ class CUDABackend(Backend):
     name = "cuda"
 
     def __init__(self, device: int = 0, compile_only_cc: int = 90, require_gpu: bool = True):
+        require_cupy()
         self.has_gpu = gpu_count() > 0
         if not self.has_gpu and require_gpu:
             raise RunError("backend=cuda needs an NVIDIA GPU that CuPy can use; none was found "
