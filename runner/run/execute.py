@@ -414,7 +414,9 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                                  cfg.seed)
     vendor_stats = None
     if vendor is not None:
-        if vendor_gpu.sm_clock_mhz and len(vendor_gpu.sm_clock_mhz) > 2:  # measured just now
+        # Measured just now, and cuBLAS SGEMM alone (a TF32 step's baseline also runs cuBLAS
+        # in TF32 mode inside the same span, which these figures would mix in).
+        if len(vendor_gpu.sm_clock_mhz) > 2 and plan.precision == "fp32":
             metrics.update(vendor_gpu.metrics(names.VENDOR_GPU_PREFIX))
             recorder.tags({names.VENDOR_GPU_HYGIENE: vendor_gpu.hygiene})
         if vendor.device:
