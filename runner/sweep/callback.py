@@ -388,8 +388,11 @@ class SweepRecorder(Callback):
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
         self._expected = expected_jobs(config)
-        described = " ".join(f"{k}={v}" for k, v in definition.items())
-        self._name = f"sweep {tracking.experiment}: {described}"[:240]
+        # What was swept leads the name (the runs table shows its first 20 characters); the
+        # experiment is already the page's own, and kernel.params.TS reads as TS.
+        swept = " ".join(f"{k.removeprefix(names.KERNEL_PARAMS_PREFIX)}={v}"
+                         for k, v in definition.items())
+        self._name = f"{swept or 'one job'} · sweep"[:240]
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
         launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
         tags = {**provenance_tags(), names.SWEEP: "true",
