@@ -100,6 +100,8 @@ def _report_errors_on_one_line() -> None:
                     raise  # a bug: Hydra shows its stack
                 from runner.terminal.summary import print_failure
 
+                if isinstance(error.__cause__, RunError):  # raised in a class Hydra instantiated
+                    error = error.__cause__                # (the search's sampler)
                 if isinstance(error, RunError):
                     print_failure(str(error).strip(), None)
                 elif isinstance(error, YAMLError):

@@ -9,6 +9,7 @@ from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra_plugins.hydra_optuna_sweeper.config import SamplerConfig
 from omegaconf import II, MISSING
 
 
@@ -214,6 +215,22 @@ class Config:
     isolate: bool = True
 
 
+@dataclass
+class ValidSpaceSamplerConfig(SamplerConfig):
+    """Optuna sampler that draws only configurations the kernel's spec accepts, each once
+    (runner/sweep/valid_space.py): `override /hydra/sweeper/sampler: valid_space`."""
+    _target_: str = "runner.sweep.valid_space.ValidSpaceSampler"
+    _recursive_: bool = False  # the kernel is a config, not objects to build (and may hold ???)
+    seed: Optional[int] = None
+    n_startup_trials: int = 10  # drawn at random among the valid points, before TPE proposes
+    # What the spec is checked with, as the sweep's jobs will be composed.
+    kernel: Any = II("kernel")
+    problem: Any = field(default_factory=lambda: {
+        "M": II("m"), "N": II("n"), "K": II("k"), "backend": II("backend.name")})
+    space: Any = II("hydra.sweeper.params")
+    overrides: Any = II("hydra.overrides.task")
+
+
 def register_configs() -> None:
     # The backends' schemas are stored outside the `backend` group, so they are not backends a
     # user can choose: conf/backend/<name>.yaml extends one with `- /<name>_schema@_here_`.
@@ -221,3 +238,5 @@ def register_configs() -> None:
     store.store(name="gemmlab_schema", node=Config)
     store.store(name="opencl_schema", node=OpenCLConfig)
     store.store(name="cuda_schema", node=CUDAConfig)
+    store.store(group="hydra/sweeper/sampler", name="valid_space", node=ValidSpaceSamplerConfig,
+                provider="gemmlab")
