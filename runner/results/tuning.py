@@ -49,6 +49,13 @@ def best_so_far(trials: list) -> list[Optional[float]]:
     return curve
 
 
+def _refused_trials(trials: list) -> str:
+    refused = sum(status(t) == "refused" for t in trials)
+    if refused:
+        return f"{refused} refused by the constraints, each in a fraction of a second"
+    return "none refused: drawn only among the points the spec accepts"
+
+
 def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     client = recorded.client(uri)
     (experiment_id,) = recorded.experiment_ids(client, experiment)
@@ -106,8 +113,7 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
         f"measured, {refused} refused by the constraints), "
         f"`{grid.data.tags.get(names.COMMAND, '?')}`",
         f"- search: parent run `{search.info.run_id}`, {len(trials)} trials "
-        f"({len(scored)} measured, {sum(status(t) == 'refused' for t in trials)} refused by "
-        f"the constraints, each in a fraction of a second), "
+        f"({len(scored)} measured, {_refused_trials(trials)}), "
         f"`{search.data.tags.get(names.COMMAND, '?')}`", "",
         "| | configuration | rate | % of vendor |", "| --- | --- | ---: | ---: |",
         f"| grid's best | {_tiling(grid_best)} | {_rate(grid_best):,.0f} {unit} | "
