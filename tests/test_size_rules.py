@@ -52,7 +52,8 @@ def test_matmul_9_takes_tiles_that_fill_the_sms_in_one_wave(backend, sizes, tile
     params = cfg.kernel.params
     assert (params.BM, params.BN, params.BK, params.STAGES) == tile, rule
     if tile[:2] in ((128, 64), (128, 32)):
-        assert (params.WM, params.WN, params.TM, params.TN) == (64, 32, 8, 8)
+        lanes = (16, 4) if backend == "opencl" and tile[:2] == (128, 32) else (8, 8)
+        assert (params.WM, params.WN, params.TM, params.TN) == (64, 32, *lanes)
 
 
 @pytest.mark.parametrize("shape, block_n", [("square_1024", 64), ("m=512", 64),
