@@ -229,6 +229,37 @@ def test_a_tensor_core_steps_main_loop_is_the_one_with_its_products():
     assert mix.integer_and_other == 0  # LDS is memory, BRA control
 
 
+WGMMA_TMA_LOOP = """
+        .text.k:
+.L_x_0:
+        /*0000*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [UR4+0x30], R3 ;
+        /*0010*/                   WARPGROUP.ARRIVE ;
+        /*0020*/                   HGMMA.64x128x8.F32.TF32 R24, gdesc[UR8], R24 ;
+        /*0030*/                   HGMMA.64x128x8.F32.TF32 R24, gdesc[UR12], R24, gsb0 ;
+        /*0040*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0050*/                   SYNCS.ARRIVE.TRANS64.RED.A1T0 RZ, [UR4+0x60], RZ ;
+        /*0060*/                   IADD3 R3, R3, 0x1, RZ ;
+        /*0070*/              @P1 BRA `(.L_x_0) ;
+.L_x_1:
+        /*0080*/                   UTMALDG.2D [UR16], [UR6] ;
+        /*0090*/                   UTMALDG.2D [UR24], [UR6+0x80] ;
+        /*00a0*/                   SYNCS.ARRIVE.TRANS64 RZ, [UR4], R5 ;
+        /*00b0*/              @P2 BRA `(.L_x_1) ;
+        /*00c0*/                   EXIT ;
+"""
+
+
+def test_a_wgmma_steps_loop_shows_its_products_tma_copies_and_mbarrier_waits():
+    """A warp-specialised wgmma step: the consumers' loop (the products) is the main loop; TMA
+    copies are memory, mbarrier and warpgroup ordering their own row, not integer work."""
+    functions = parse_sass(WGMMA_TMA_LOOP)["k"]
+    loop = InstructionMix.of(main_loop(functions))
+    assert loop.tensor == 2 and loop.tma == 0 and loop.async_order == 4
+    assert loop.integer_and_other == 1  # the IADD3
+    whole = InstructionMix.of(functions)
+    assert whole.tma == 2 and whole.memory == 2 and whole.async_order == 5
+
+
 def test_ffmas_that_move_their_accumulator_are_counted():
     # SASS: R10 <- R9, R12 <- R11, R14 <- R9 (all moved); TWO_LOOPS: R10 <- R10, R12 <- R12.
     assert ffma_moved_accumulators(parse_sass(SASS)["k"]) == 3

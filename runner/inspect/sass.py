@@ -30,6 +30,13 @@ CONTROL = BRANCHES | {"BSSY", "BSYNC", "EXIT", "RET", "CALL", "WARPSYNC", "BMOV"
 # Tensor-core matrix products: mma.sync (HMMA for FP16/BF16/TF32, IMMA, DMMA) and Hopper's
 # warpgroup wgmma (HGMMA); the work of a tensor-core step, as FFMA is a SIMT step's.
 TENSOR = {"HMMA", "IMMA", "DMMA", "HGMMA", "IGMMA", "QGMMA", "BGMMA"}
+# Hopper's tensor memory accelerator: tiled copies through a tensor map (cp.async.bulk.tensor:
+# UTMALDG loads, UTMASTG stores, UTMAPF prefetches, UTMAREDG reductions) and plain bulk copies
+# (cp.async.bulk: UBLKCP, UBLKRED, UBLKPF). One instruction moves a whole tile.
+TMA = {"UTMALDG", "UTMASTG", "UTMAPF", "UTMAREDG", "UBLKCP", "UBLKRED", "UBLKPF"}
+# What orders asynchronous work: mbarrier operations (SYNCS: arrive, expect-tx, try-wait on a
+# phase) and wgmma's fence and wait (WARPGROUP.ARRIVE, WARPGROUP.DEPBAR).
+ASYNC_ORDER = {"SYNCS", "WARPGROUP"}
 
 
 @dataclass(frozen=True)
@@ -228,11 +235,21 @@ class InstructionMix:
         return self.count("BAR")
 
     @property
+    def tma(self) -> int:
+        """Tile copies by the tensor memory accelerator (UTMALDG, UTMASTG, UBLKCP, ...)."""
+        return self.count(*TMA)
+
+    @property
+    def async_order(self) -> int:
+        """mbarrier operations (SYNCS) and wgmma's fences and waits (WARPGROUP)."""
+        return self.count(*ASYNC_ORDER)
+
+    @property
     def memory(self) -> int:
         return self.count("LDS", "STS", "LDG", "STG", "LDGSTS", "LDL", "STL", "LDSM", "LDC",
-                          "LDGDEPBAR", "DEPBAR", "ATOMS", "ATOMG", "RED")
+                          "LDGDEPBAR", "DEPBAR", "ATOMS", "ATOMG", "RED", *TMA)
 
     @property
     def integer_and_other(self) -> int:
         return self.total - self.ffma - self.tensor - self.fp32_other - self.control \
-            - self.barriers - self.memory
+            - self.barriers - self.memory - self.async_order
