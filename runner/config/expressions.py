@@ -5,6 +5,8 @@ allowed; anything else (attributes, subscripts, lambdas, imports) is refused bef
 """
 
 import ast
+import functools
+from types import CodeType
 from typing import Mapping
 
 
@@ -35,16 +37,19 @@ class ArithmeticFailure(ExpressionError):
     """The expression is well formed but its arithmetic fails (a division by zero)."""
 
 
-def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
-    """Evaluate `expression` with `names` and the helpers in scope, and nothing else."""
+@functools.lru_cache(maxsize=4096)
+def _checked(expression: str) -> tuple[CodeType, tuple[str, ...], frozenset[str]]:
+    """Parse and check an expression's form once (a search plans thousands of points with the
+    same rules): its code, the names it reads, and those read outside an == or != comparison."""
     try:
-        tree = ast.parse(str(expression).strip(), mode="eval")
+        tree = ast.parse(expression, mode="eval")
     except SyntaxError as error:
         raise ExpressionError(f"cannot parse expression {expression!r}: {error.msg}") from None
     # Strings (constants, and names such as `backend`) only as operands of == and !=.
     compared = {id(operand) for node in ast.walk(tree) if isinstance(node, ast.Compare)
                 and all(isinstance(op, (ast.Eq, ast.NotEq)) for op in node.ops)
                 for operand in (node.left, *node.comparators)}
+    read, outside = [], set()
     for node in ast.walk(tree):
         if not isinstance(node, _ALLOWED_NODES):
             raise ExpressionError(
@@ -55,25 +60,37 @@ def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
         ):
             raise ExpressionError(f"expression {expression!r} calls something other than "
                                   f"{', '.join(HELPERS)}")
-        if isinstance(node, ast.Name) and node.id not in names and node.id not in HELPERS:
-            raise ExpressionError(f"expression {expression!r} uses unknown name {node.id!r}")
-        if (isinstance(node, ast.Name) and isinstance(names.get(node.id), str)
-                and id(node) not in compared):
-            raise ExpressionError(f"expression {expression!r} uses {node.id!r}, a string, "
-                                  "outside an == or != comparison")
+        if isinstance(node, ast.Name) and node.id not in HELPERS:
+            read.append(node.id)
+            if id(node) not in compared:
+                outside.add(node.id)
         if isinstance(node, ast.Constant) and not (
             isinstance(node.value, (int, float))
             or (isinstance(node.value, str) and id(node) in compared)
         ):
             raise ExpressionError(f"expression {expression!r} holds a non-number constant "
                                   "(strings only in == and != comparisons)")
+    return (compile(tree, "<kernel spec>", "eval"), tuple(dict.fromkeys(read)),
+            frozenset(outside))
+
+
+def evaluate(expression: str, names: Mapping[str, int]) -> int | bool | float:
+    """Evaluate `expression` with `names` and the helpers in scope, and nothing else."""
+    text = str(expression).strip()
+    code, read, outside = _checked(text)
+    for name in read:
+        if name not in names:
+            raise ExpressionError(f"expression {text!r} uses unknown name {name!r}")
+        if name in outside and isinstance(names[name], str):
+            raise ExpressionError(f"expression {text!r} uses {name!r}, a string, "
+                                  "outside an == or != comparison")
     scope = {**HELPERS, **names}
     try:
-        return eval(compile(tree, "<kernel spec>", "eval"), {"__builtins__": {}}, scope)  # noqa: S307
+        return eval(code, {"__builtins__": {}}, scope)  # noqa: S307
     except ArithmeticError as error:
-        raise ArithmeticFailure(f"expression {expression!r}: {error}") from None
+        raise ArithmeticFailure(f"expression {text!r}: {error}") from None
     except TypeError as error:  # a string name in arithmetic
-        raise ExpressionError(f"expression {expression!r}: {error}") from None
+        raise ExpressionError(f"expression {text!r}: {error}") from None
 
 
 def evaluate_int(expression: str, names: Mapping[str, int]) -> int:
