@@ -21,8 +21,8 @@
 //    C^T = B^T * A^T: wgmma's A operand (64 x 8, from registers, any layout since threads load
 //    it) is B^T, read by the consumer threads from the TMA'd B tile; wgmma's B operand (BM x 8,
 //    through a descriptor) is A's tile [m][k] as TMA wrote it - K-major, 128-byte rows of 32
-//    k, the 128-byte swizzle wgmma names. No pre-pass transposes B (that would cost about 12%
-//    at 4096).
+//    k, the 128-byte swizzle wgmma names. No pre-pass transposes B (one would move 2KN more
+//    floats, about 12% of the kernel's time at 4096 by the issue's estimate).
 //  - Fragment order. Lane (g, t) of warp w holds rows g and g + 8 of wgmma's A for k slots t
 //    and t + 4; which n a row stands for is free (the accumulator row is the same n). Rows g and
 //    g + 8 take the neighbours n and n + 1, so one 8-byte load gives both, and the n pairs of a
@@ -33,7 +33,23 @@
 //  - Accumulators: lane (g, t) holds C^T[n][8j + 2t], [n][8j + 2t + 1] and the same for n + 1,
 //    so C is stored as float2 pairs (n, n + 1) of rows 8j + 2t and 8j + 2t + 1: each warp store
 //    writes whole 32-byte sectors.
+//  - Each consumer waits for its products every stage (wgmma.wait_group 0) and then releases
+//    the stage; the two consumer warpgroups take turns on the tensor cores, one issuing while
+//    the other loads. Leaving a stage's wgmma running while the next stage's fragments load was
+//    tried: ptxas then reused the running wgmma's fragment registers for the loads (wrong
+//    results on an H100 at 4096 with two consumers), and with the fragments held in registers
+//    of their own it serialised every wgmma (its warning C7513), so the wait stays.
+//  - A persistent grid (SMS = 132, an H100's or H200's SMs): each block loops over tiles, so
+//    the producer copies the next tile's stages while the consumers store C, and no block pays
+//    the launch and the pipeline's fill again (H200, % of cuBLAS TF32: 4096 94.2 against 93.2
+//    with a block per tile, 8192 94.7 against 88.2). On a GPU with fewer SMs the grid still
+//    covers every tile, some blocks a round later. The size rules take other shapes where
+//    256 x 128 tiles do not fit the problem (the YAML).
 //  - Grouped block order (GROUP) as in matmul_9, for L2 reuse of A and B tiles.
+//  - CLUSTER = 2 (an option, off): two blocks of a cluster along n share A's tile, each
+//    copying half of it to both with a multicast TMA, arriving on both blocks' empty barriers;
+//    half of A's L2 traffic, but no faster (H200, 4096 93.8% of cuBLAS TF32 against 93.7; 8192
+//    with the 192 x 192 rule 93.8 against 94.5).
 // Shared memory: STAGES x (BM + BN) rows of 128 bytes (192 KiB at 256 x 128 x 4 stages), 1 KiB
 // to align the stages to the swizzle's 1024 bytes, and the mbarriers; one block an SM.
 //
@@ -43,13 +59,14 @@
 // the tensor maps' dims are the logical M, N, K, so the pad columns and everything past the
 // edges read as zeros and add nothing; the grid is rounded up to whole tiles; C is stored as
 // float2 pairs when N is even, else as guarded scalars, and elements outside C are skipped.
-// Trip counts depend on K only: producer and consumers agree on every phase.
+// Producer and consumers walk the same tiles and the same K / BK stages of each, so they agree
+// on every phase; a block whose grid slot has no tile does nothing.
 
 #ifndef BM
 #define BM 256    // rows of C (m) per block: wgmma's n (64 .. 256)
 #endif
 #ifndef BN
-#define BN 128    // columns of C (n) per block: 64 per consumer warpgroup
+#define BN 128    // columns of C (n) per block: 64 per consumer warpgroup (64 .. 192)
 #endif
 #ifndef BK
 #define BK 32     // depth of a stage: one 128-byte swizzle row of floats
@@ -60,6 +77,12 @@
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
 #endif
+#ifndef CLUSTER
+#define CLUSTER 1   // blocks of a cluster along n sharing A's tile by TMA multicast (1 or 2)
+#endif
+#ifndef SMS
+#define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
+#endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
 
 #define WARP 32
 #define WARPGROUP 128
@@ -74,9 +97,13 @@
 #define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)
 #define ALIGN_BYTES 1024                        // the 128-byte swizzle repeats every 8 rows
 // Registers a thread after setmaxnreg: the producer gives back what the consumers take (the
-// block's pool is 65536 / THREADS a thread; 168 with two consumer warpgroups).
+// block's pool is 65536 / THREADS a thread: 168 with two consumer warpgroups, 128 with three).
 #define PRODUCER_REGS 24
+#if CONSUMERS == 3
+#define CONSUMER_REGS 160
+#else
 #define CONSUMER_REGS 240
+#endif
 
 // A CUtensorMap (cuda.h is a host header): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TensorMap {
@@ -100,6 +127,17 @@ __device__ __forceinline__ void barrier_expect_bytes(const unsigned bar, const u
 
 __device__ __forceinline__ void barrier_arrive(const unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+
+// The same arrival on the barrier at the same offset in block `cta` of the cluster. Its default
+// semantics (release at CTA scope), not .release.cluster: that one puts a memory barrier before
+// every arrival, and with it (one a stage) the warps stalled on that barrier 38% of the time (ncu,
+// H200) and the kernel ran at 60% of its speed without a cluster.
+__device__ __forceinline__ void barrier_arrive_cluster(const unsigned bar, const unsigned cta) {
+    asm volatile("{\n.reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(bar), "r"(cta) : "memory");
 }
 
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase
@@ -126,6 +164,24 @@ __device__ __forceinline__ void tma_load(const unsigned dst, const TensorMap* ma
                  : "memory");
 }
 
+// The same box into shared memory at the same offset in every block of `mask` (the cluster's
+// blocks by rank), each completing its bytes on its own barrier at offset `bar`.
+__device__ __forceinline__ void tma_load_multicast(const unsigned dst, const TensorMap* map,
+                                                   const int x, const int y, const unsigned bar,
+                                                   const unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y),
+                    "r"(bar), "h"(mask)
+                 : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+
 // wgmma's shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), K-major with
 // the 128-byte swizzle: start address and stride byte offset (8 rows, 1024 bytes) in 16-byte
 // units, the leading byte offset unused (1) as a row is one swizzle row, layout type 1 (bits
@@ -145,8 +201,9 @@ __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void wgmma_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {  // until at most N groups are running
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
 
 // Ties a register to this point of the program: the compiler may not move its reads or writes
@@ -312,6 +369,9 @@ __device__ __forceinline__ void store_pair(float* __restrict__ C, const int row,
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if CLUSTER > 1
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
 matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorMap a_map,
           const __grid_constant__ TensorMap b_map, float* __restrict__ C) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];  // stages, +1 KiB, barriers
@@ -319,25 +379,40 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
     const int group = threadIdx.x / WARPGROUP;  // 0: producer; 1 .. CONSUMERS: consumers
     const int warp = (threadIdx.x % WARPGROUP) / WARP;
     const int lane = threadIdx.x % WARP;
-
-#if GROUP == 1
-    const int tile_m = blockIdx.y;
-    const int tile_n = blockIdx.x;
+#if CLUSTER > 1
+    const unsigned rank = cluster_rank();  // blockIdx.x % CLUSTER: which n tile of the pair
 #else
-    int tile_m, tile_n;
-    {
-        const int pid = blockIdx.y * gridDim.x + blockIdx.x;
-        const int in_group = GROUP * gridDim.x;
-        const int first_m = (pid / in_group) * GROUP;
-        const int rows = min((int)gridDim.y - first_m, GROUP);
-        const int r = pid - (pid / in_group) * in_group;
-        tile_m = first_m + r % rows;
-        tile_n = r / rows;
-    }
+    const unsigned rank = 0;
 #endif
-    const int block_row = tile_m * BM;  // m
-    const int block_col = tile_n * BN;  // n
-    const int num_tiles = (K + BK - 1) / BK;
+
+    // The tiles of C, in units of a cluster's CLUSTER tiles along n, taken in grouped order
+    // (GROUP tile rows at a time); a block (with its cluster) takes every gridDim.x / CLUSTER-th
+    // from its own on: one when the grid has a block per tile, several when it is persistent.
+    const int tiles_m = (M + BM - 1) / BM;
+    const int units_n = ((N + BN - 1) / BN + CLUSTER - 1) / CLUSTER;
+    const int units = tiles_m * units_n;
+    const int first_unit = blockIdx.x / CLUSTER;
+    const int unit_stride = gridDim.x / CLUSTER;
+    const int num_k = (K + BK - 1) / BK;
+#if CLUSTER > 1  // stages this block (and its cluster) consumes
+    const int total_iters = (first_unit < units ? (units - first_unit + unit_stride - 1) / unit_stride
+                                                : 0) * num_k;
+#endif
+    auto tile_of = [&](const int unit, int& block_row, int& block_col) {
+#if GROUP == 1
+        const int tile_m = unit / units_n;
+        const int unit_n = unit % units_n;
+#else
+        const int in_group = GROUP * units_n;
+        const int first_m = (unit / in_group) * GROUP;
+        const int rows = min(tiles_m - first_m, GROUP);
+        const int r = unit % in_group;
+        const int tile_m = first_m + r % rows;
+        const int unit_n = r / rows;
+#endif
+        block_row = tile_m * BM;                          // m
+        block_col = (unit_n * CLUSTER + (int)rank) * BN;  // n
+    };
 
     // The stages start on a 1024-byte boundary (the launch asks for 1 KiB more than they
     // need); the barriers follow them: full[STAGES], then empty[STAGES].
@@ -349,12 +424,17 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
-            barrier_init(full + 8 * s, 1);                  // the producer's expect_tx
-            barrier_init(empty + 8 * s, CONSUMERS * 4);     // one arrival per consumer warp
-        }
+            barrier_init(full + 8 * s, 1);                         // the producer's expect_tx
+            barrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);  // every consumer warp's, of
+        }                                                           // every block of the cluster
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+#if CLUSTER > 1  // the peer's barriers are ready before anything arrives on them
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
     __syncthreads();
+#endif
 
     if (group == 0) {
 #if CONSUMERS > 1
@@ -367,20 +447,30 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
                          :: "l"(reinterpret_cast<unsigned long long>(&b_map)) : "memory");
             int stage = 0;
             unsigned phase = 0;
-            for (int tile = 0; tile < num_tiles; tile++) {
-                barrier_wait(empty + 8 * stage, phase ^ 1);   // the consumers are done with it
-                const unsigned bar = full + 8 * stage;
-                const unsigned a_dst = stages + stage * STAGE_BYTES;
-                const unsigned b_dst = a_dst + A_STAGE_BYTES;
-                barrier_expect_bytes(bar, STAGE_BYTES);
-                tma_load(a_dst, &a_map, tile * BK, block_row, bar);        // BM rows of 32 k
+            for (int unit = first_unit; unit < units; unit += unit_stride) {
+                int block_row, block_col;
+                tile_of(unit, block_row, block_col);
+                for (int kt = 0; kt < num_k; kt++) {
+                    barrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers are done with it
+                    const unsigned bar = full + 8 * stage;
+                    const unsigned a_dst = stages + stage * STAGE_BYTES;
+                    const unsigned b_dst = a_dst + A_STAGE_BYTES;
+                    barrier_expect_bytes(bar, STAGE_BYTES);
+#if CLUSTER > 1  // this block's BM / CLUSTER rows of A, into every block of the cluster
+                    tma_load_multicast(a_dst + rank * (BM / CLUSTER) * ROW_BYTES, &a_map, kt * BK,
+                                       block_row + rank * (BM / CLUSTER), bar,
+                                       (unsigned short)((1u << CLUSTER) - 1));
+#else
+                    tma_load(a_dst, &a_map, kt * BK, block_row, bar);    // BM rows of 32 k
+#endif
 #pragma unroll
-                for (int box = 0; box < BN / 32; box++)                    // 32 k rows of 32 n
-                    tma_load(b_dst + box * BOX_BYTES, &b_map, block_col + 32 * box, tile * BK,
-                             bar);
-                if (++stage == STAGES) {
-                    stage = 0;
-                    phase ^= 1;
+                    for (int box = 0; box < BN / 32; box++)              // 32 k rows of 32 n
+                        tma_load(b_dst + box * BOX_BYTES, &b_map, block_col + 32 * box, kt * BK,
+                                 bar);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
                 }
             }
         }
@@ -403,51 +493,70 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
     const unsigned frag_hi = box * BOX_BYTES + (t + 4) * ROW_BYTES + ((chunk ^ (t + 4)) << 4)
                            + 8 * pair;
     const int n_in_tile = 32 * box + 4 * chunk + 2 * pair;  // wgmma A rows g, g + 8: n, n + 1
-
-    float acc[ACC];
-#pragma unroll
-    for (int i = 0; i < ACC; i++) acc[i] = 0.0f;
-
-    int stage = 0;
-    unsigned phase = 0;
-    for (int tile = 0; tile < num_tiles; tile++) {
-        barrier_wait(full + 8 * stage, phase);          // this stage's bytes have landed
-        const unsigned a_stage = stages + stage * STAGE_BYTES;
-        const unsigned char* b_stage = smem + stage * STAGE_BYTES + A_STAGE_BYTES;
-        unsigned frag[STEPS][4];
-#pragma unroll
-        for (int s = 0; s < STEPS; s++) {  // k rows 8s + t and 8s + t + 4 (8 rows: 1024 bytes)
-            const float2 lo = *reinterpret_cast<const float2*>(b_stage + frag_lo + s * 8 * ROW_BYTES);
-            const float2 hi = *reinterpret_cast<const float2*>(b_stage + frag_hi + s * 8 * ROW_BYTES);
-            frag[s][0] = to_tf32(lo.x);  // row g (n), slot t
-            frag[s][1] = to_tf32(lo.y);  // row g + 8 (n + 1), slot t
-            frag[s][2] = to_tf32(hi.x);  // row g, slot t + 4
-            frag[s][3] = to_tf32(hi.y);  // row g + 8, slot t + 4
-        }
-        wgmma_fence();
-#pragma unroll
-        for (int s = 0; s < STEPS; s++)
-            WGMMA(acc, frag[s], matrix_descriptor(a_stage + s * 32));
-        wgmma_commit();
-        wgmma_wait_all();
-        __syncwarp();
-        if (lane == 0) barrier_arrive(empty + 8 * stage);  // this warp is done with the stage
-        if (++stage == STAGES) {
-            stage = 0;
-            phase ^= 1;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < ACC; i++) hold_register(acc[i]);
-
-    // acc[4j .. 4j+3]: C^T[n][m], C^T[n][m + 1], C^T[n + 1][m], C^T[n + 1][m + 1] with
-    // m = 8j + 2t: C rows m and m + 1, columns n and n + 1.
-    const int col = block_col + n_in_tile;
     const int pair_ok = (N % 2) == 0;
+
+    int stage = 0, iter = 0;
+    unsigned phase = 0;
+    for (int unit = first_unit; unit < units; unit += unit_stride) {
+        int block_row, block_col;
+        tile_of(unit, block_row, block_col);
+        float acc[ACC];
 #pragma unroll
-    for (int j = 0; j < BM / 8; j++) {
-        const int row = block_row + 8 * j + 2 * t;
-        store_pair(C, row, col, M, N, pair_ok, acc[4 * j], acc[4 * j + 2]);
-        store_pair(C, row + 1, col, M, N, pair_ok, acc[4 * j + 1], acc[4 * j + 3]);
+        for (int i = 0; i < ACC; i++) acc[i] = 0.0f;
+
+        for (int kt = 0; kt < num_k; kt++, iter++) {
+            barrier_wait(full + 8 * stage, phase);          // this stage's bytes have landed
+            const unsigned a_stage = stages + stage * STAGE_BYTES;
+            const unsigned char* b_stage = smem + stage * STAGE_BYTES + A_STAGE_BYTES;
+            unsigned frag[STEPS][4];
+#pragma unroll
+            for (int s = 0; s < STEPS; s++) {  // k rows 8s + t and 8s + t + 4 (8 rows: 1 KiB)
+                const float2 lo = *reinterpret_cast<const float2*>(b_stage + frag_lo + s * 8 * ROW_BYTES);
+                const float2 hi = *reinterpret_cast<const float2*>(b_stage + frag_hi + s * 8 * ROW_BYTES);
+                frag[s][0] = to_tf32(lo.x);  // row g (n), slot t
+                frag[s][1] = to_tf32(lo.y);  // row g + 8 (n + 1), slot t
+                frag[s][2] = to_tf32(hi.x);  // row g, slot t + 4
+                frag[s][3] = to_tf32(hi.y);  // row g + 8, slot t + 4
+            }
+            wgmma_fence();
+#pragma unroll
+            for (int s = 0; s < STEPS; s++)
+                WGMMA(acc, frag[s], matrix_descriptor(a_stage + s * 32));
+            wgmma_commit();
+            wgmma_wait<0>();
+            // This warp is done with the stage: the producers (of every block of the cluster,
+            // which write into this block's stage) may refill it. The last STAGES stages are
+            // awaited by no producer, so a cluster's blocks leave those arrivals out: a block
+            // never touches a peer that may have finished.
+            __syncwarp();
+            if (lane == 0) {
+#if CLUSTER > 1
+                if (iter + STAGES < total_iters) {
+#pragma unroll
+                    for (unsigned cta = 0; cta < CLUSTER; cta++)
+                        barrier_arrive_cluster(empty + 8 * stage, cta);
+                }
+#else
+                barrier_arrive(empty + 8 * stage);
+#endif
+            }
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < ACC; i++) hold_register(acc[i]);
+
+        // acc[4j .. 4j+3]: C^T[n][m], C^T[n][m + 1], C^T[n + 1][m], C^T[n + 1][m + 1] with
+        // m = 8j + 2t: C rows m and m + 1, columns n and n + 1. (The producer is already
+        // copying the next tile's stages meanwhile.)
+        const int col = block_col + n_in_tile;
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++) {
+            const int row = block_row + 8 * j + 2 * t;
+            store_pair(C, row, col, M, N, pair_ok, acc[4 * j], acc[4 * j + 2]);
+            store_pair(C, row + 1, col, M, N, pair_ok, acc[4 * j + 1], acc[4 * j + 3]);
+        }
     }
 }
