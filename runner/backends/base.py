@@ -1,7 +1,8 @@
 """The one interface both backends fill the same way.
 
 compile(source, entries, defines, include_dirs) -> CompiledProgram; alloc / upload / view / download /
-poison;
+poison; tensor_map(buffer, ...) -> a launch argument (CUDA only: `tensor_maps` says whether a
+backend makes them);
 launch(kernel, groups, local, args) -> event; time_ms(enqueue) with device events;
 kernel_resources(program, entry); device_info(). Values a driver cannot give are None, never 0.
 """
@@ -11,6 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
+
+from runner.errors import RunError
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,9 @@ class CompiledProgram:
 
 class Backend(ABC):
     name: str
+    # Whether tensor_map() works here: TMA tensor maps exist on CUDA (sm_90 and later) only, and
+    # a plan that passes one is refused on any other backend before a compile.
+    tensor_maps: bool = False
 
     @abstractmethod
     def device_info(self) -> DeviceInfo: ...
@@ -110,6 +116,15 @@ class Backend(ABC):
 
     @abstractmethod
     def download(self, buffer: Any, shape: tuple[int, ...]) -> np.ndarray: ...
+
+    def tensor_map(self, buffer: Any, rows: int, cols: int, ld: int, box_rows: int,
+                   box_cols: int, swizzle: int) -> Any:
+        """A TMA tensor map over `buffer` (a view from `view`, or an allocation) as a launch
+        argument: `rows` x `cols` float32s, `ld` floats from row to row (a multiple of 4), boxes
+        of `box_rows` x `box_cols`, shared-memory swizzle 0, 32, 64 or 128 bytes; elements
+        outside rows x cols read as zeros. The kernel takes it as a 128-byte `const
+        __grid_constant__` struct. Only where `tensor_maps` is true."""
+        raise RunError(f"backend={self.name} cannot make TMA tensor maps (CUDA only)")
 
     @abstractmethod
     def poison(self, buffer: Any) -> None:

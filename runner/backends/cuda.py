@@ -103,8 +103,64 @@ def _driver_version(cuda_driver: int, cuda_runtime: int) -> str:
         return text
 
 
+# cuTensorMapEncodeTiled's enums (CUDA driver API, cuda.h), for float32 tiles.
+_TENSOR_MAP_FLOAT32 = 7             # CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+_TENSOR_MAP_SWIZZLE = {0: 0, 32: 1, 64: 2, 128: 3}  # bytes -> CU_TENSOR_MAP_SWIZZLE_*
+_TENSOR_MAP_L2_PROMOTION_128B = 2   # CU_TENSOR_MAP_L2_PROMOTION_L2_128B
+TENSOR_MAP_BYTES = 128              # sizeof(CUtensorMap), 64-byte aligned
+# A CUtensorMap as a NumPy structured scalar: CuPy passes its 128 bytes by value to the kernel's
+# `const __grid_constant__` struct parameter (the driver places it at the parameter's alignment).
+TENSOR_MAP_DTYPE = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))], align=True)
+
+
+def _encode_tiled():
+    """The driver's cuTensorMapEncodeTiled through ctypes (CuPy does not wrap it)."""
+    import ctypes
+
+    function = getattr(_encode_tiled, "function", None)
+    if function is None:
+        try:
+            function = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+        except (OSError, AttributeError) as error:
+            raise RunError(f"the CUDA driver has no cuTensorMapEncodeTiled ({error}): TMA "
+                           "tensor maps need CUDA 12 and a Hopper-generation driver") from None
+        u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+        function.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p,
+                             ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u32),
+                             ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
+                             ctypes.c_int]
+        function.restype = ctypes.c_int
+        _encode_tiled.function = function
+    return function
+
+
+def encode_tensor_map(address: int, rows: int, cols: int, ld: int, box_rows: int,
+                      box_cols: int, swizzle: int) -> np.void:
+    """A 2-D float32 CUtensorMap over the `rows` x `cols` matrix at `address` (rows `ld` floats
+    apart), copied in `box_rows` x `box_cols` boxes; elements outside the matrix read as zeros."""
+    import ctypes
+
+    if address % 16:
+        raise RunError(f"a TMA tensor map needs a 16-byte aligned address; the buffer is at "
+                       f"{address:#x}")
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    raw = (ctypes.c_uint64 * (TENSOR_MAP_BYTES // 8))()
+    dims = (u64 * 2)(cols, rows)            # innermost (contiguous) dimension first
+    strides = (u64 * 1)(ld * 4)             # bytes from row to row
+    box = (u32 * 2)(box_cols, box_rows)
+    element_strides = (u32 * 2)(1, 1)
+    result = _encode_tiled()(raw, _TENSOR_MAP_FLOAT32, 2, ctypes.c_void_p(address), dims,
+                             strides, box, element_strides, 0, _TENSOR_MAP_SWIZZLE[swizzle],
+                             _TENSOR_MAP_L2_PROMOTION_128B, 0)
+    if result != 0:
+        raise RunError(f"cuTensorMapEncodeTiled refused a {rows}x{cols} tensor map (ld {ld}, "
+                       f"box {box_rows}x{box_cols}, swizzle {swizzle}): CUresult {result}")
+    return np.frombuffer(bytes(raw), dtype=TENSOR_MAP_DTYPE)[0]
+
+
 class CUDABackend(Backend):
     name = "cuda"
+    tensor_maps = True
 
     def __init__(self, device: int = 0, compile_only_cc: int = 90, require_gpu: bool = True):
         require_cupy()
@@ -222,6 +278,11 @@ class CUDABackend(Backend):
 
     def poison(self, buffer) -> None:
         buffer.fill(np.nan)
+
+    def tensor_map(self, buffer, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
+                   swizzle: int) -> np.void:
+        return encode_tensor_map(int(buffer.data.ptr), rows, cols, ld, box_rows, box_cols,
+                                 swizzle)
 
     def launch(self, kernel, groups: Sequence[int], local: Sequence[int],
                args: Sequence[Any], local_bytes: int = 0) -> None:

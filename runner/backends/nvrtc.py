@@ -60,19 +60,23 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\((.*?)\)", re.S)
-_PARAM_TYPE = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(\s+[\w$]+\[)?")
+_PARAM_TYPE = re.compile(r"\.param\s+(?:\.align\s+(\d+)\s+)?\.(\w+)(\s+[\w$]+\[(\d*)\])?")
 _PTX_KINDS = {"u32": "int", "s32": "int", "b32": "int", "f32": "float",
               "u64": "pointer", "s64": "pointer", "b64": "pointer"}  # 64-bit: a pointer
 
 
 def ptx_signatures(ptx: str) -> dict[str, tuple[str, ...]]:
     """Each entry function's parameter kinds (base.CompiledProgram.signatures), from the PTX:
-    32-bit ints, floats, 64-bit values (pointers); anything else "other <PTX type>"."""
+    32-bit ints, floats, 64-bit values (pointers), 128 bytes aligned to 64 (a CUtensorMap,
+    "tensor_map"); anything else "other <PTX type>"."""
     found = {}
     for match in _ENTRY.finditer(ptx or ""):
         kinds = []
         for param in _PARAM_TYPE.finditer(match.group(2)):
-            ptx_type, array = param.groups()
+            align, ptx_type, array, length = param.groups()
+            if array and ptx_type == "b8" and align == "64" and length == "128":
+                kinds.append("tensor_map")
+                continue
             kinds.append(f"other .{ptx_type}[]" if array else
                          _PTX_KINDS.get(ptx_type, f"other .{ptx_type}"))
         found[match.group(1)] = tuple(kinds)

@@ -6,6 +6,7 @@ names the rule and its reason), and the launch geometry. Only values that pass r
 option string, as `-DNAME=value`.
 """
 
+import ast
 import re
 from dataclasses import dataclass, field
 from typing import Mapping, Optional
@@ -65,8 +66,11 @@ BLAS_SCALARS = ("alpha", "beta")  # sgemm: C = alpha*A*B + beta*C
 
 
 def parse_arg(name: str, entry: str, text: str, known: set, names: Mapping[str, int]):
-    """One `args` entry: a known name as it is, or `name=value` as a ScalarArg."""
+    """One `args` entry: a known name as it is, `name=value` as a ScalarArg, or
+    `tensor_map(BUFFER, ...)` as a TensorMapArg."""
     text = str(text)
+    if _TENSOR_MAP.match(text):
+        return parse_tensor_map(f"{name}: launch {entry}", text, known, names)
     match = _SCALAR.match(text)
     if match is None:
         if text not in known:
@@ -93,6 +97,108 @@ def parse_arg(name: str, entry: str, text: str, known: set, names: Mapping[str, 
     if not -INT32_MAX - 1 <= number <= INT32_MAX:
         raise RunError(f"{name}: launch {entry}: {text!r} = {number} does not fit an int32")
     return ScalarArg(scalar, "int", number)
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A TMA tensor map over a buffer, from the spec's `args` (CUDA on sm_90 and later): the
+    buffer seen as `rows` x `cols` float32s, `ld` floats from one row to the next, copied in
+    boxes of `box_rows` x `box_cols` with the given shared-memory swizzle (0, 32, 64 or 128
+    bytes). The kernel takes it as a `const __grid_constant__` 128-byte, 64-byte aligned
+    struct (CUtensorMap); the backend encodes it once the buffer exists (Backend.tensor_map)."""
+    buffer: str
+    rows: int
+    cols: int
+    ld: int
+    box_rows: int
+    box_cols: int
+    swizzle: int = 0
+
+    def __str__(self) -> str:
+        return (f"tensor_map({self.buffer}, rows={self.rows}, cols={self.cols}, ld={self.ld}, "
+                f"box={self.box_rows}x{self.box_cols}, swizzle={self.swizzle})")
+
+    @property
+    def floats(self) -> int:
+        """How many floats of the buffer it reaches, from its start."""
+        return (self.rows - 1) * self.ld + self.cols
+
+
+TENSOR_MAP_SWIZZLES = (0, 32, 64, 128)  # bytes: none, and CUDA's 32B, 64B and 128B patterns
+TENSOR_MAP_KEYS = {"rows", "cols", "ld", "box_rows", "box_cols", "swizzle"}
+_TENSOR_MAP = re.compile(r"^\s*tensor_map\s*\(")
+TENSOR_MAP_FORM = ("tensor_map(BUFFER, rows=EXPR, cols=EXPR, box_rows=EXPR, box_cols=EXPR"
+                   "[, ld=EXPR][, swizzle=0|32|64|128]), BUFFER a buffer's name or "
+                   "`NAME if CONDITION else NAME`")
+
+
+def _tensor_map_buffer(where: str, node, known: set, names: Mapping[str, int]) -> str:
+    """The buffer a tensor map is over: a name, or `X if condition else Y` (a padded copy
+    where the rows are not 16-byte aligned, say), the condition evaluated like a `when`."""
+    if isinstance(node, ast.IfExp):
+        try:
+            chosen = node.body if evaluate(ast.unparse(node.test), names) else node.orelse
+        except ExpressionError as error:
+            raise RunError(f"{where}: bad buffer condition: {error}") from None
+        return _tensor_map_buffer(where, chosen, known, names)
+    buffers = known - {"M", "N", "K"}
+    if not isinstance(node, ast.Name) or node.id not in buffers:
+        raise RunError(f"{where}: {ast.unparse(node)!r} is not a buffer (buffers: "
+                       f"{sorted(buffers)})")
+    return node.id
+
+
+def parse_tensor_map(where: str, text: str, known: set, names: Mapping[str, int]) -> TensorMapArg:
+    """`tensor_map(A, rows=M, cols=K, box_rows=BM, box_cols=32, swizzle=128)` as a TensorMapArg,
+    every value an integer expression over the parameters, defines and sizes, checked against
+    what the TMA unit takes (cuTensorMapEncodeTiled's limits) before anything runs."""
+    where = f"{where}: {text.strip()!r}"
+    try:
+        call = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError as error:
+        raise RunError(f"{where}: cannot parse it ({error.msg}); write {TENSOR_MAP_FORM}") from None
+    if not isinstance(call, ast.Call) or len(call.args) != 1 or any(
+            keyword.arg is None for keyword in call.keywords):
+        raise RunError(f"{where}: write {TENSOR_MAP_FORM}")
+    given = [keyword.arg for keyword in call.keywords]
+    unknown = sorted(set(given) - TENSOR_MAP_KEYS)
+    missing = sorted({"rows", "cols", "box_rows", "box_cols"} - set(given))
+    if unknown or missing or len(set(given)) != len(given):
+        problem = (f"unknown key(s) {', '.join(unknown)}" if unknown else
+                   f"missing {', '.join(missing)}" if missing else "a key given twice")
+        raise RunError(f"{where}: {problem}; write {TENSOR_MAP_FORM}")
+    buffer = _tensor_map_buffer(where, call.args[0], known, names)
+    values = {}
+    for keyword in call.keywords:
+        try:
+            values[keyword.arg] = evaluate_int(ast.unparse(keyword.value), names)
+        except ExpressionError as error:
+            raise RunError(f"{where}: bad {keyword.arg}: {error}") from None
+    values.setdefault("ld", values["cols"])
+    values.setdefault("swizzle", 0)
+    arg = TensorMapArg(buffer, values["rows"], values["cols"], values["ld"], values["box_rows"],
+                       values["box_cols"], values["swizzle"])
+    if not (1 <= arg.rows <= 2**32 and 1 <= arg.cols <= 2**32):
+        raise RunError(f"{where}: rows={arg.rows}, cols={arg.cols}: each must be within 1..2^32")
+    if arg.ld < arg.cols:
+        raise RunError(f"{where}: ld={arg.ld} is less than cols={arg.cols}")
+    if (arg.ld * 4) % 16 or arg.ld * 4 >= 2**40:
+        raise RunError(f"{where}: ld={arg.ld} floats is {arg.ld * 4} bytes from row to row, and "
+                       "TMA needs a multiple of 16 bytes (under 2^40): copy the rows into a "
+                       "padded scratch buffer for such sizes (`A if K % 4 == 0 else AP`)")
+    if not (1 <= arg.box_rows <= 256 and 1 <= arg.box_cols <= 256):
+        raise RunError(f"{where}: a box of {arg.box_rows}x{arg.box_cols}: each side must be "
+                       "within 1..256")
+    if (arg.box_cols * 4) % 16:
+        raise RunError(f"{where}: box_cols={arg.box_cols} floats is {arg.box_cols * 4} bytes, "
+                       "and TMA copies whole 16 bytes along a row")
+    if arg.swizzle not in TENSOR_MAP_SWIZZLES:
+        raise RunError(f"{where}: swizzle={arg.swizzle} is none of "
+                       f"{', '.join(map(str, TENSOR_MAP_SWIZZLES))} (bytes)")
+    if arg.swizzle and arg.box_cols * 4 > arg.swizzle:
+        raise RunError(f"{where}: a box row of {arg.box_cols * 4} bytes is wider than its "
+                       f"{arg.swizzle}-byte swizzle")
+    return arg
 
 
 _CPP_NAME = re.compile(r"^(::)?[A-Za-z_]\w*(::[A-Za-z_]\w*)*$")
@@ -166,7 +272,7 @@ def entry_label(entry: str) -> str:
 @dataclass(frozen=True)
 class Launch:
     entry: str
-    args: tuple  # names (str) and ScalarArg constants, in the kernel's parameter order
+    args: tuple  # names (str), ScalarArg constants and TensorMapArgs, in parameter order
     local: tuple[int, ...]
     groups: tuple[int, ...]
     local_bytes: int = 0  # dynamic local/shared memory
@@ -228,6 +334,12 @@ class KernelPlan:
         """Every launch's scalar arguments, as written out (recorded, and in the measurement key)."""
         return {f"{launch.entry}.{arg.name}": str(arg) for launch in self.launches
                 for arg in launch.args if isinstance(arg, ScalarArg)}
+
+    @property
+    def tensor_maps(self) -> list["TensorMapArg"]:
+        """Every TMA tensor map the launches pass (a backend that cannot make them refuses)."""
+        return [arg for launch in self.launches for arg in launch.args
+                if isinstance(arg, TensorMapArg)]
 
     @property
     def entries(self) -> list[str]:

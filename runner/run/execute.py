@@ -17,7 +17,7 @@ import numpy as np
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.backends.includes import local_includes
 from runner.config.paths import kernel_source_path
-from runner.config.spec import KernelPlan, ScalarArg, entry_label
+from runner.config.spec import KernelPlan, ScalarArg, TensorMapArg, entry_label
 from runner.errors import Refused, RunError, VerificationError
 from runner.record import names
 from runner.run.gpu_state import GpuState, Monitor, nvml_handle
@@ -172,6 +172,9 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
     file_name = sources_cfg.get(backend.name)
     if file_name is None:
         raise Refused(f"{plan.name} has no {backend.name} source")
+    if plan.tensor_maps and not backend.tensor_maps:
+        raise Refused(f"{plan.name} passes TMA tensor maps ({plan.tensor_maps[0]}), which "
+                      f"backend={backend.name} cannot make (CUDA only)")
     path = kernel_source_path(backend.name, file_name, kernel_dirs)
     source = path.read_text()
     include_dirs = (str(path.parent),)  # files beside the source that it includes
@@ -198,7 +201,9 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
         guarded[name] = guarded_alloc(backend, count, max(plan.size.M, plan.size.N), guards)
     buffers = {name: buffer.inner for name, buffer in guarded.items()}
     values = {**plan.size.as_names(), **buffers}
-    bound = [[values[arg] if isinstance(arg, str) else scalar_value(arg) for arg in launch.args]
+    bound = [[values[arg] if isinstance(arg, str) else
+              bind_tensor_map(backend, plan, arg, guarded) if isinstance(arg, TensorMapArg) else
+              scalar_value(arg) for arg in launch.args]
              for launch in plan.launches]
 
     def enqueue():
@@ -214,6 +219,18 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
                        (plan.blas_alpha, plan.blas_beta), include_dirs, headers)
 
 
+def bind_tensor_map(backend: Backend, plan: KernelPlan, arg: TensorMapArg, guarded: dict):
+    """A tensor map over the buffer the kernel gets (the view between the guards, 64 KiB into
+    its allocation, so 16-byte aligned as TMA asks), after checking that every element it can
+    reach is inside that buffer: TMA reads nothing outside rows x cols."""
+    buffer = guarded[arg.buffer]
+    if arg.floats > buffer.count:
+        raise RunError(f"{plan.name}: {arg} reaches {arg.floats} floats of {arg.buffer}, which "
+                       f"has {buffer.count}")
+    return backend.tensor_map(buffer.inner, arg.rows, arg.cols, arg.ld, arg.box_rows,
+                              arg.box_cols, arg.swizzle)
+
+
 def scalar_value(arg: ScalarArg):
     """A scalar as the kernel takes it: np.float32 (a Python float would go as a double to
     CUDA), or an int, which both backends pass as a 32-bit int."""
@@ -223,6 +240,8 @@ def scalar_value(arg: ScalarArg):
 def _arg_kind(arg, plan: KernelPlan) -> str:
     if isinstance(arg, ScalarArg):
         return arg.kind
+    if isinstance(arg, TensorMapArg):
+        return "tensor_map"
     return "int" if arg in plan.size.as_names() else "pointer"
 
 
