@@ -59,13 +59,14 @@ def test_kernel_verified_on_the_gpu(store, name, backend, odd):
 
 THREE_TF32_STEPS = [pytest.param("matmul_11", backend.values[0], id=f"matmul_11-{backend.id}",
                                  marks=backend.marks) for backend in BACKENDS] + [
-    pytest.param("matmul_12", BACKENDS[0].values[0], id="matmul_12-cuda", marks=requires_cuda_gpu)]
+    pytest.param("matmul_12", BACKENDS[0].values[0], id="matmul_12-cuda", marks=requires_cuda_gpu),
+    pytest.param("matmul_14", BACKENDS[0].values[0], id="matmul_14-cuda", marks=requires_cuda_gpu)]
 
 
 @pytest.mark.parametrize("name,backend", THREE_TF32_STEPS)
 @pytest.mark.parametrize("size", ["size=4096", "size=8192"])
 def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, name, backend, size):
-    """matmul_11's and matmul_12's error against float64 is no worse than twice cuBLAS SGEMM's
+    """matmul_11's, matmul_12's and matmul_14's error against float64 is no worse than twice cuBLAS SGEMM's
     on the same data, under the FP32 steps' tolerance (the 3xTF32 claim; its speed is the
     benchmark page's)."""
     cfg = compose_config(f"kernel={name}", *backend, size, "timing.repeats=3",
@@ -144,6 +145,29 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     every edge: K % 4 != 0 (A copied element by element), N odd (scalar stores), one element,
     exactly one tile; verified against float64 and as accurate as cuBLAS SGEMM."""
     cfg = compose_config("kernel=matmul_12", "backend=cuda", *size, *params, "timing.repeats=3",
+                         "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    metrics = _recorded(store).data.metrics
+    assert metrics["check/passed"] == 1.0
+    assert metrics["check/rel_error"] < 1e-6
+
+
+@pytest.mark.parametrize("params", [
+    [],
+    ["kernel.params.BN=64"],
+    ["kernel.params.BM=64", "kernel.params.STAGES=2"],
+    ["kernel.params.SMS=0", "kernel.params.GROUP=1", "kernel.params.STAGES=6",
+     "kernel.params.BM=64"],
+], ids=["defaults", "bn64", "bm64-2stages", "block-per-tile-rows-6stages"])
+@pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
+                                  ["m=1", "n=1", "k=1"], ["m=128", "n=128", "k=32"]],
+                         ids=["k-odd", "n-odd", "one", "one-tile"])
+@requires_cuda_gpu
+def test_matmul_14_any_shape_and_tiling_is_correct_and_accurate(store, params, size):
+    """matmul_14's ring (TMA, the splitter warps' in-place split of A, the consumers' wgmma on
+    A's two parts) at every tiling and edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd
+    (scalar stores), one element, exactly one tile and one stage; verified against float64."""
+    cfg = compose_config("kernel=matmul_14", "backend=cuda", *size, *params, "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")
     assert run(cfg) is not None
     metrics = _recorded(store).data.metrics

@@ -101,3 +101,17 @@ def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
     assert "serialized" not in log and "wgmma" not in log.lower(), log
     used = prepared.program.resources["matmul_12"]
     assert used.registers is not None and used.spill_bytes == 0, log
+
+
+@pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6}],
+                         ids=["defaults", "bn64", "bm64", "bm64-6stages"])
+def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_cuda, params):
+    """As matmul_12: no serialized wgmma and no spills; and the two-consumer shapes' register
+    split (setmaxnreg, which ptxas ignores with a warning where it cannot apply it) is taken."""
+    params = {**compose_config("kernel=matmul_14").kernel.params, **params}
+    plan, prepared = _compile(compile_only_cuda, "matmul_14", params)
+    log = prepared.program.log.replace("\0", "")
+    assert "serialized" not in log and "wgmma" not in log.lower(), log
+    assert "setmaxnreg" not in log.lower(), log
+    used = prepared.program.resources["matmul_14"]
+    assert used.registers is not None and used.spill_bytes == 0, log

@@ -1,0 +1,487 @@
+// matmul_14: FP32-accurate SGEMM (3xTF32, as matmul_11 and matmul_12) on matmul_13's machinery:
+// wgmma fed by the TMA unit, warp-specialised, a persistent grid; C = A * B (row-major; A is
+// MxK, B is KxN, C is MxN; FP32 in and out). CUDA on sm_90a only.
+//
+// Over matmul_12 (3xTF32 on wgmma with a cp.async ring, B split and transposed by a pre-pass:
+// 92-95 TFLOPS, 1.75-1.83x cuBLAS SGEMM on an H100) and matmul_13 (one TF32 product per term on
+// wgmma fed by TMA, reduced precision): matmul_13's pipeline carrying matmul_12's arithmetic.
+//  - As matmul_13: a producer warp issues each stage's copies with cp.async.bulk.tensor through
+//    host-encoded tensor maps into a STAGES-deep ring of 128-byte-swizzled tiles; consumer
+//    warpgroups (setmaxnreg) compute 64 x BM tiles of the transposed product C^T = B^T * A^T,
+//    B^T's fragments loaded by the consumers from the TMA'd B tile into registers (wgmma's
+//    register operand), A's tile read by the tensor cores through a descriptor; so no pre-pass
+//    transposes B (matmul_12's split_b moved 3 K N floats, about 4% of its time at 4096). They
+//    meet at mbarriers; a persistent grid of SMS blocks loops over tiles in grouped order.
+//  - 3xTF32 as matmul_12: x = big + small, big = x rounded to TF32, small = x - big (exact);
+//    three products per term, small ones first: Bl * Ah and Bh * Al, then Bh * Ah (the
+//    Bl * Al term is below FP32's rounding). B's parts are made in registers, where its
+//    fragments are anyway (integer rounding for big, cvt.rna for small).
+//  - A reaches the tensor cores through shared memory, so its parts must be there. Two ways were
+//    weighed: a timed pre-pass writing AH and AL (it reads 4 M K bytes and writes 8 M K, about
+//    6% of the kernel's time at 4096, and the main loop then copies twice A's bytes by TMA), or
+//    splitting A's tile in shared memory after it lands. This step does the second, and not on
+//    the consumers (whose issue slots feed the tensor cores) but on the producer warpgroup's
+//    three idle warps: the splitter warps wait on full[s], read A's tile as float4s, write its
+//    big parts in place and its small parts (rounded to TF32) into the stage's AL tile, in the
+//    same swizzled layout (the split is element by element, so the swizzle carries over),
+//    fence.proxy.async (their generic stores become visible to wgmma's async-proxy reads) and
+//    arrive on ready[s]; the consumers wait on ready[s]. The ring is TMA -> full[s] ->
+//    splitters -> ready[s] -> consumers -> empty[s] -> producer. A's bytes cross L2 once;
+//    the split costs shared-memory bandwidth (A's tile read once, written twice a stage,
+//    against the wgmma's own descriptor reads of three times that), off the consumers' path.
+//  - Products: per 8-deep step three wgmma into a product tile d, summed by the tensor cores
+//    over one BK-deep stage (the first wgmma of the stage overwrites d: scale-d 0), then added
+//    to the FP32 accumulators acc with rounding FADDs (the tensor cores' own sums truncate;
+//    matmul_11 explains). Two sets of BM / 2 registers a consumer thread: BM = 128 (the
+//    m64n128k8 wgmma) with two consumer warpgroups (BN = 128), 232 registers each after
+//    setmaxnreg (the producer warpgroup keeps 40: its splitters need more than matmul_13's 24).
+//    BM = 256 would need 256 registers for d and acc alone.
+//  - Each consumer waits for its wgmma every stage (wgmma.wait_group 0, for matmul_13's
+//    reason), releases the stage, then adds d to acc while the other consumer's wgmma run.
+// Shared memory: STAGES x (2 BM + BN) rows of 128 bytes (192 KiB at 128 x 128 x 4 stages), 1 KiB
+// to align the stages to the swizzle's 1024 bytes, and the full/ready/empty mbarriers.
+//
+// Edges (any M, N, K >= 1), as matmul_13: TMA needs 16-byte aligned row strides, so where
+// K % 4 != 0 (A) or N % 4 != 0 (B) a pre-pass (pad_operands, timed with the kernel) copies that
+// operand into a scratch matrix with rows of round_up(., 4) floats, and its tensor map points
+// there; the tensor maps' dims are the logical M, N, K, so the pad columns and everything past
+// the edges read as zeros (and split into zeros) and add nothing; the grid is rounded up to
+// whole tiles; C is stored as float2 pairs when N is even, else as guarded scalars, and elements
+// outside C are skipped. Producer, splitters and consumers walk the same tiles and the same
+// K / BK stages of each, so they agree on every phase; a block whose grid slot has no tile does
+// nothing.
+
+#ifndef BM
+#define BM 128    // rows of C (m) per block: wgmma's n (64 or 128)
+#endif
+#ifndef BN
+#define BN 128    // columns of C (n) per block: 64 per consumer warpgroup (64 or 128)
+#endif
+#ifndef BK
+#define BK 32     // depth of a stage: one 128-byte swizzle row of floats
+#endif
+#ifndef STAGES
+#define STAGES 4  // shared-memory stages in the TMA ring
+#endif
+#ifndef GROUP
+#define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
+#endif
+#ifndef SMS
+#define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
+#endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
+
+#define WARP 32
+#define WARPGROUP 128
+#define CONSUMERS (BN / 64)                     // consumer warpgroups
+#define THREADS ((CONSUMERS + 1) * WARPGROUP)   // and the producer warpgroup
+#define SPLITTERS (WARPGROUP - WARP)            // the producer warpgroup's warps 1 .. 3
+#define ACC (BM / 2)                            // FP32 values of d (and of acc) a consumer thread holds
+#define STEPS (BK / 8)                          // 8-deep wgmma steps per stage
+#define ROW_BYTES 128                           // a tile row: 32 floats, the swizzle's width
+#define BOX_BYTES (32 * ROW_BYTES)              // a B box: 32 k x 32 n
+#define A_STAGE_BYTES (BM * ROW_BYTES)          // A's tile (its big parts after the split), and AL
+#define B_STAGE_BYTES (BN * ROW_BYTES)          // BN / 32 boxes
+#define STAGE_BYTES (2 * A_STAGE_BYTES + B_STAGE_BYTES)
+#define COPY_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)  // what TMA delivers a stage
+#define ALIGN_BYTES 1024                        // the 128-byte swizzle repeats every 8 rows
+// Registers a thread after setmaxnreg (the block's pool is 65536 / THREADS a thread, 168 with
+// two consumer warpgroups): 128 x 40 + 256 x 232 = 64512.
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS 232
+
+// A CUtensorMap (cuda.h is a host header): 128 opaque bytes, 64-byte aligned.
+struct __align__(64) TensorMap {
+    unsigned long long opaque[16];
+};
+
+__device__ __forceinline__ unsigned shared_address(const void* p) {
+    return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// mbarrier: `count` arrivals (and the expected transaction bytes) complete a phase.
+__device__ __forceinline__ void barrier_init(const unsigned bar, const unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" :: "r"(bar), "r"(count) : "memory");
+}
+
+// The producer's arrival on full[s], announcing the bytes its copies will deliver.
+__device__ __forceinline__ void barrier_expect_bytes(const unsigned bar, const unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n"
+                 :: "r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(const unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
+}
+
+// Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase
+// before its first, parity 1, as completed: the producer's first pass over empty[] waits for
+// nothing).
+__device__ __forceinline__ void barrier_wait(const unsigned bar, const unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\n"
+                     "mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+
+// One box of a 2-D tensor map into shared memory; it completes `bytes` on the barrier.
+// x: the column (innermost) coordinate, y: the row.
+__device__ __forceinline__ void tma_load(const unsigned dst, const TensorMap* map, const int x,
+                                         const int y, const unsigned bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3}], [%4];\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y),
+                    "r"(bar)
+                 : "memory");
+}
+
+// This thread's generic-proxy writes to shared memory become visible to the async proxy
+// (wgmma's descriptor reads, TMA's writes).
+__device__ __forceinline__ void fence_proxy_async() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// wgmma's shared-memory matrix descriptor (PTX ISA, "Matrix Descriptor Format"), K-major with
+// the 128-byte swizzle: start address and stride byte offset (8 rows, 1024 bytes) in 16-byte
+// units, the leading byte offset unused (1) as a row is one swizzle row, layout type 1 (bits
+// 62-63). A k step inside the row is a start address 32 bytes on (as in matmul_12).
+__device__ __forceinline__ unsigned long long matrix_descriptor(const unsigned address) {
+    return (unsigned long long)((address & 0x3FFFF) >> 4)
+         | (1ull << 16)
+         | ((unsigned long long)((8 * ROW_BYTES) >> 4) << 32)
+         | (1ull << 62);
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_wait_all() {
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// Ties a register to this point of the program: the compiler may not move its reads or writes
+// across (the wgmma writes d asynchronously; its reads must stay after the wait).
+__device__ __forceinline__ void hold_register(float& x) {
+    asm volatile("" : "+f"(x) :: "memory");
+}
+
+// x rounded to TF32 (nearest, ties away from zero), as a tensor core operand.
+__device__ __forceinline__ unsigned to_tf32(const float x) {
+    unsigned y;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+    return y;
+}
+
+// x = big + small: big is x rounded to TF32 (11 significant bits, half away from zero) by two
+// integer instructions as in matmul_11; small = x - big is exact, and is rounded to TF32 in
+// turn (the tensor core would truncate it).
+__device__ __forceinline__ void split_tf32(const float x, unsigned& big, unsigned& small) {
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    small = to_tf32(x - __uint_as_float(big));
+}
+
+__device__ __forceinline__ float4 split_float4(float4& v) {  // v becomes its big parts
+    unsigned h0, h1, h2, h3, l0, l1, l2, l3;
+    split_tf32(v.x, h0, l0);
+    split_tf32(v.y, h1, l1);
+    split_tf32(v.z, h2, l2);
+    split_tf32(v.w, h3, l3);
+    v = make_float4(__uint_as_float(h0), __uint_as_float(h1), __uint_as_float(h2),
+                    __uint_as_float(h3));
+    return make_float4(__uint_as_float(l0), __uint_as_float(l1), __uint_as_float(l2),
+                       __uint_as_float(l3));
+}
+
+#if BM == 64
+// d (+)= a * B for a 64 x 64 tile: d holds 32 FP32 values a thread, a 4 TF32 values
+// (registers), B by descriptor (shared memory); SCALE_D 0 overwrites d, 1 adds to it.
+template <int SCALE_D>
+__device__ __forceinline__ void wgmma_n64(float* d, const unsigned* a,
+                                           const unsigned long long b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+        "}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(SCALE_D));
+}
+#define WGMMA wgmma_n64
+#elif BM == 128
+// d (+)= a * B for a 64 x 128 tile: d holds 64 FP32 values a thread, a 4 TF32 values
+// (registers), B by descriptor (shared memory); SCALE_D 0 overwrites d, 1 adds to it.
+template <int SCALE_D>
+__device__ __forceinline__ void wgmma_n128(float* d, const unsigned* a,
+                                           const unsigned long long b_desc) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+        "}, {%64, %65, %66, %67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(SCALE_D));
+}
+#define WGMMA wgmma_n128
+#endif
+
+// Where a row stride is not a multiple of 16 bytes (TMA's rule): A (M x K) into AP with rows
+// of round_up(K, 4) floats when K % 4 != 0, B (K x N) into BP with rows of round_up(N, 4) when
+// N % 4 != 0; one block per row, A's rows first. The pad columns are left as they are: the
+// tensor maps end at K and N, so TMA never reads them.
+extern "C" __global__ void __launch_bounds__(256)
+pad_operands(const int M, const int N, const int K, const float* __restrict__ A,
+             const float* __restrict__ B, float* __restrict__ AP, float* __restrict__ BP) {
+    const int a_rows = (K % 4) != 0 ? M : 0;
+    int row = blockIdx.x;
+    const float* src;
+    float* dst;
+    int cols;
+    if (row < a_rows) {
+        src = A + (size_t)row * K;
+        dst = AP + (size_t)row * ((K + 3) & ~3);
+        cols = K;
+    } else {
+        row -= a_rows;
+        src = B + (size_t)row * N;
+        dst = BP + (size_t)row * ((N + 3) & ~3);
+        cols = N;
+    }
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+}
+
+// Stores C[row][col], C[row][col + 1], skipping what is outside C.
+__device__ __forceinline__ void store_pair(float* __restrict__ C, const int row, const int col,
+                                          const int M, const int N, const int pair_ok,
+                                          const float x, const float y) {
+    if (row >= M || col >= N) return;
+    float* p = C + (size_t)row * N + col;
+    if (pair_ok) {  // N even and col even: an aligned float2, all inside or all outside
+        *reinterpret_cast<float2*>(p) = make_float2(x, y);
+    } else {
+        p[0] = x;
+        if (col + 1 < N) p[1] = y;
+    }
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorMap a_map,
+          const __grid_constant__ TensorMap b_map, float* __restrict__ C) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];  // stages, +1 KiB, barriers
+
+    const int group = threadIdx.x / WARPGROUP;  // 0: producer and splitters; 1 ..: consumers
+    const int warp = (threadIdx.x % WARPGROUP) / WARP;
+    const int lane = threadIdx.x % WARP;
+
+    // The tiles of C in grouped order (GROUP tile rows at a time); a block takes every
+    // gridDim.x-th from its own on: one when the grid has a block per tile, several when it is
+    // persistent.
+    const int tiles_m = (M + BM - 1) / BM;
+    const int tiles_n = (N + BN - 1) / BN;
+    const int tiles = tiles_m * tiles_n;
+    const int num_k = (K + BK - 1) / BK;
+    auto tile_of = [&](const int tile, int& block_row, int& block_col) {
+#if GROUP == 1
+        const int tile_m = tile / tiles_n;
+        const int tile_n = tile % tiles_n;
+#else
+        const int in_group = GROUP * tiles_n;
+        const int first_m = (tile / in_group) * GROUP;
+        const int rows = min(tiles_m - first_m, GROUP);
+        const int r = tile % in_group;
+        const int tile_m = first_m + r % rows;
+        const int tile_n = r / rows;
+#endif
+        block_row = tile_m * BM;  // m
+        block_col = tile_n * BN;  // n
+    };
+
+    // The stages start on a 1024-byte boundary (the launch asks for 1 KiB more than they
+    // need); the barriers follow them: full[STAGES], ready[STAGES], empty[STAGES]. A stage
+    // holds A's tile (its big parts once split), AL (the small parts) and B's tile.
+    const unsigned raw = shared_address(smem_raw);
+    const unsigned stages = (raw + ALIGN_BYTES - 1) & ~(unsigned)(ALIGN_BYTES - 1);
+    const unsigned full = stages + STAGES * STAGE_BYTES;
+    const unsigned ready = full + STAGES * 8;
+    const unsigned empty = ready + STAGES * 8;
+    unsigned char* smem = smem_raw + (stages - raw);
+
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < STAGES; s++) {
+            barrier_init(full + 8 * s, 1);               // the producer's expect_tx
+            barrier_init(ready + 8 * s, SPLITTERS);      // every splitter thread's
+            barrier_init(empty + 8 * s, CONSUMERS * 4);  // every consumer warp's
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    if (group == 0) {
+#if CONSUMERS > 1
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" :: "n"(PRODUCER_REGS));
+#endif
+        int stage = 0;
+        unsigned phase = 0;
+        if (warp == 0) {
+            if (lane == 0) {  // the producer: A's tile and B's boxes of every stage
+                asm volatile("prefetch.tensormap [%0];\n"
+                             :: "l"(reinterpret_cast<unsigned long long>(&a_map)) : "memory");
+                asm volatile("prefetch.tensormap [%0];\n"
+                             :: "l"(reinterpret_cast<unsigned long long>(&b_map)) : "memory");
+                for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                    int block_row, block_col;
+                    tile_of(tile, block_row, block_col);
+                    for (int kt = 0; kt < num_k; kt++) {
+                        barrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers are done
+                        const unsigned bar = full + 8 * stage;
+                        const unsigned a_dst = stages + stage * STAGE_BYTES;
+                        const unsigned b_dst = a_dst + 2 * A_STAGE_BYTES;
+                        barrier_expect_bytes(bar, COPY_BYTES);
+                        tma_load(a_dst, &a_map, kt * BK, block_row, bar);  // BM rows of 32 k
+#pragma unroll
+                        for (int box = 0; box < BN / 32; box++)           // 32 k rows of 32 n
+                            tma_load(b_dst + box * BOX_BYTES, &b_map, block_col + 32 * box,
+                                     kt * BK, bar);
+                        if (++stage == STAGES) {
+                            stage = 0;
+                            phase ^= 1;
+                        }
+                    }
+                }
+            }
+        } else {  // the splitters: A's tile into its big (in place) and small (AL) parts
+            const int splitter = threadIdx.x - WARP;  // 0 .. SPLITTERS - 1
+            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                for (int kt = 0; kt < num_k; kt++) {
+                    barrier_wait(full + 8 * stage, phase);  // A's tile (and B's) have landed
+                    float4* a_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES);
+                    float4* al_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES
+                                                                + A_STAGE_BYTES);
+#pragma unroll 4
+                    for (int i = splitter; i < A_STAGE_BYTES / 16; i += SPLITTERS) {
+                        float4 v = a_tile[i];
+                        const float4 small = split_float4(v);
+                        a_tile[i] = v;
+                        al_tile[i] = small;
+                    }
+                    fence_proxy_async();               // for wgmma's reads
+                    barrier_arrive(ready + 8 * stage);
+                    if (++stage == STAGES) {
+                        stage = 0;
+                        phase ^= 1;
+                    }
+                }
+            }
+        }
+        return;
+    }
+
+#if CONSUMERS > 1
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGS));
+#endif
+    const int consumer = group - 1;
+    const int g = lane / 4;
+    const int t = lane % 4;
+    // This lane's n pair within its warp's 32-n box, as matmul_13: chunk 2p + h + 4q of the
+    // 128-byte row (p: the warp's half of the box, h: the half-warp, q and e: bits 1 and 0 of
+    // g % 4), float pair e of the chunk; conflict-free under the swizzle's XOR.
+    const int box = 2 * consumer + warp / 2;
+    const int chunk = 2 * (warp % 2) + (g / 4) + 4 * ((g / 2) % 2);
+    const int pair = g % 2;
+    const unsigned frag_lo = box * BOX_BYTES + t * ROW_BYTES + ((chunk ^ t) << 4) + 8 * pair;
+    const unsigned frag_hi = box * BOX_BYTES + (t + 4) * ROW_BYTES + ((chunk ^ (t + 4)) << 4)
+                           + 8 * pair;
+    const int n_in_tile = 32 * box + 4 * chunk + 2 * pair;  // wgmma A rows g, g + 8: n, n + 1
+    const int pair_ok = (N % 2) == 0;
+
+    // d: the products of one stage, summed by the tensor cores (which truncate); acc: the sums
+    // of the stages, added with rounding FADDs.
+    float acc[ACC], d[ACC];
+#pragma unroll
+    for (int i = 0; i < ACC; i++) d[i] = 0.0f;
+
+    int stage = 0;
+    unsigned phase = 0;
+    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        int block_row, block_col;
+        tile_of(tile, block_row, block_col);
+#pragma unroll
+        for (int i = 0; i < ACC; i++) acc[i] = 0.0f;
+
+        for (int kt = 0; kt < num_k; kt++) {
+            barrier_wait(full + 8 * stage, phase);   // B's bytes have landed
+            barrier_wait(ready + 8 * stage, phase);  // A's tile is split
+            const unsigned ah_stage = stages + stage * STAGE_BYTES;
+            const unsigned al_stage = ah_stage + A_STAGE_BYTES;
+            const unsigned char* b_stage = smem + stage * STAGE_BYTES + 2 * A_STAGE_BYTES;
+            unsigned big[STEPS][4], small[STEPS][4];
+#pragma unroll
+            for (int s = 0; s < STEPS; s++) {  // k rows 8s + t and 8s + t + 4 (8 rows: 1 KiB)
+                const float2 lo = *reinterpret_cast<const float2*>(b_stage + frag_lo + s * 8 * ROW_BYTES);
+                const float2 hi = *reinterpret_cast<const float2*>(b_stage + frag_hi + s * 8 * ROW_BYTES);
+                split_tf32(lo.x, big[s][0], small[s][0]);  // row g (n), slot t
+                split_tf32(lo.y, big[s][1], small[s][1]);  // row g + 8 (n + 1), slot t
+                split_tf32(hi.x, big[s][2], small[s][2]);  // row g, slot t + 4
+                split_tf32(hi.y, big[s][3], small[s][3]);  // row g + 8, slot t + 4
+            }
+            wgmma_fence();
+            // Small terms first, so the truncating sums lose least: Bl * Ah and Bh * Al over
+            // the stage's four steps, then Bh * Ah; the first overwrites d.
+            WGMMA<0>(d, small[0], matrix_descriptor(ah_stage));
+#pragma unroll
+            for (int s = 1; s < STEPS; s++)
+                WGMMA<1>(d, small[s], matrix_descriptor(ah_stage + s * 32));
+#pragma unroll
+            for (int s = 0; s < STEPS; s++)
+                WGMMA<1>(d, big[s], matrix_descriptor(al_stage + s * 32));
+#pragma unroll
+            for (int s = 0; s < STEPS; s++)
+                WGMMA<1>(d, big[s], matrix_descriptor(ah_stage + s * 32));
+            wgmma_commit();
+            wgmma_wait_all();
+            // This warp is done with the stage: the producer may refill it.
+            __syncwarp();
+            if (lane == 0) barrier_arrive(empty + 8 * stage);
+            if (++stage == STAGES) {
+                stage = 0;
+                phase ^= 1;
+            }
+#pragma unroll
+            for (int i = 0; i < ACC; i++) {
+                hold_register(d[i]);
+                acc[i] += d[i];
+            }
+        }
+
+        // acc[4j .. 4j+3]: C^T[n][m], C^T[n][m + 1], C^T[n + 1][m], C^T[n + 1][m + 1] with
+        // m = 8j + 2t: C rows m and m + 1, columns n and n + 1. (The producer is already
+        // copying the next tile's stages meanwhile.)
+        const int col = block_col + n_in_tile;
+#pragma unroll
+        for (int j = 0; j < BM / 8; j++) {
+            const int row = block_row + 8 * j + 2 * t;
+            store_pair(C, row, col, M, N, pair_ok, acc[4 * j], acc[4 * j + 2]);
+            store_pair(C, row + 1, col, M, N, pair_ok, acc[4 * j + 1], acc[4 * j + 3]);
+        }
+    }
+}
