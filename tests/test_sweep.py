@@ -284,7 +284,7 @@ def test_the_sweep_definition_and_its_size_are_read_from_the_config():
     definition = sweep_definition(cfg)
     assert definition["kernel"].startswith("matmul_1,") and definition["seed"] == "1,2"
     assert "shape" not in definition
-    assert expected_jobs(cfg) == 13 * 2  # matmul_1 .. matmul_13, two seeds
+    assert expected_jobs(cfg) == 14 * 2  # matmul_1 .. matmul_14, two seeds
 
 
 @pytest.mark.parametrize("search, grid", [("matmul_9", "matmul_9_grid")])
@@ -408,7 +408,7 @@ def test_the_expected_job_count_is_what_hydra_launches(task):
     cfg.hydra.overrides.task = task
     assert expected_jobs(cfg) == _hydras_own_count(cfg)
     if "~shape" in task:  # what the sweep's parent records as swept: the shapes too
-        assert expected_jobs(cfg) == 13 * 6 and "shape" in sweep_definition(cfg)  # 13 steps, 6 shapes
+        assert expected_jobs(cfg) == 14 * 6 and "shape" in sweep_definition(cfg)  # 14 steps, 6 shapes
 
 
 @pytest.mark.parametrize("preset", ["sgemm_ladder_cpu", "transpose_ladder_cpu"])
