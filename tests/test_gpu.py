@@ -158,14 +158,16 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     ["kernel.params.BM=64", "kernel.params.STAGES=2"],
     ["kernel.params.SMS=0", "kernel.params.GROUP=1", "kernel.params.STAGES=6",
      "kernel.params.BM=64"],
-], ids=["defaults", "bn64", "bm64-2stages", "block-per-tile-rows-6stages"])
+    ["kernel.params.FLUSH=4", "kernel.params.STAGES=3"],
+], ids=["defaults", "bn64", "bm64-2stages", "block-per-tile-rows-6stages", "flush4-3stages"])
 @pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
                                   ["m=1", "n=1", "k=1"], ["m=128", "n=128", "k=32"]],
                          ids=["k-odd", "n-odd", "one", "one-tile"])
 @requires_cuda_gpu
 def test_matmul_14_any_shape_and_tiling_is_correct_and_accurate(store, params, size):
     """matmul_14's ring (TMA, the splitter warps' in-place split of A, the consumers' wgmma on
-    A's two parts) at every tiling and edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd
+    A's two parts; d summed over FLUSH stages, the last chunk partial) at every tiling and
+    edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd
     (scalar stores), one element, exactly one tile and one stage; verified against float64."""
     cfg = compose_config("kernel=matmul_14", "backend=cuda", *size, *params, "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")

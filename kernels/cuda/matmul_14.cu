@@ -66,6 +66,9 @@
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
 #endif
+#ifndef FLUSH
+#define FLUSH 1   // stages whose products the tensor cores sum before d is added to acc
+#endif
 #ifndef SMS
 #define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
 #endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
@@ -201,10 +204,9 @@ __device__ __forceinline__ float4 split_float4(float4& v) {  // v becomes its bi
 
 #if BM == 64
 // d (+)= a * B for a 64 x 64 tile: d holds 32 FP32 values a thread, a 4 TF32 values
-// (registers), B by descriptor (shared memory); SCALE_D 0 overwrites d, 1 adds to it.
-template <int SCALE_D>
+// (registers), B by descriptor (shared memory); scale_d 0 overwrites d, 1 adds to it.
 __device__ __forceinline__ void wgmma_n64(float* d, const unsigned* a,
-                                           const unsigned long long b_desc) {
+                                           const unsigned long long b_desc, const int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 {"
@@ -215,15 +217,14 @@ __device__ __forceinline__ void wgmma_n64(float* d, const unsigned* a,
           "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
           "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(SCALE_D));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
 }
 #define WGMMA wgmma_n64
 #elif BM == 128
 // d (+)= a * B for a 64 x 128 tile: d holds 64 FP32 values a thread, a 4 TF32 values
-// (registers), B by descriptor (shared memory); SCALE_D 0 overwrites d, 1 adds to it.
-template <int SCALE_D>
+// (registers), B by descriptor (shared memory); scale_d 0 overwrites d, 1 adds to it.
 __device__ __forceinline__ void wgmma_n128(float* d, const unsigned* a,
-                                           const unsigned long long b_desc) {
+                                           const unsigned long long b_desc, const int scale_d) {
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
@@ -240,7 +241,7 @@ __device__ __forceinline__ void wgmma_n128(float* d, const unsigned* a,
           "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
           "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
           "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "n"(SCALE_D));
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
 }
 #define WGMMA wgmma_n128
 #endif
@@ -447,16 +448,23 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
             wgmma_fence();
             // Small terms first, so the truncating sums lose least: Bl * Ah and Bh * Al over
             // the stage's four steps, then Bh * Ah; the first overwrites d.
-            WGMMA<0>(d, small[0], matrix_descriptor(ah_stage));
+#if FLUSH == 1
+            const int fresh = 0;
+            const bool flush = true;
+#else
+            const int fresh = kt % FLUSH;  // 0: the chunk's first stage, which overwrites d
+            const bool flush = fresh == FLUSH - 1 || kt == num_k - 1;
+#endif
+            WGMMA(d, small[0], matrix_descriptor(ah_stage), fresh);
 #pragma unroll
             for (int s = 1; s < STEPS; s++)
-                WGMMA<1>(d, small[s], matrix_descriptor(ah_stage + s * 32));
+                WGMMA(d, small[s], matrix_descriptor(ah_stage + s * 32), 1);
 #pragma unroll
             for (int s = 0; s < STEPS; s++)
-                WGMMA<1>(d, big[s], matrix_descriptor(al_stage + s * 32));
+                WGMMA(d, big[s], matrix_descriptor(al_stage + s * 32), 1);
 #pragma unroll
             for (int s = 0; s < STEPS; s++)
-                WGMMA<1>(d, big[s], matrix_descriptor(ah_stage + s * 32));
+                WGMMA(d, big[s], matrix_descriptor(ah_stage + s * 32), 1);
             wgmma_commit();
             wgmma_wait_all();
             // This warp is done with the stage: the producer may refill it.
@@ -466,10 +474,12 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                 stage = 0;
                 phase ^= 1;
             }
+            if (flush) {
 #pragma unroll
-            for (int i = 0; i < ACC; i++) {
-                hold_register(d[i]);
-                acc[i] += d[i];
+                for (int i = 0; i < ACC; i++) {
+                    hold_register(d[i]);
+                    acc[i] += d[i];
+                }
             }
         }
 
