@@ -167,8 +167,8 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
 def test_matmul_14_any_shape_and_tiling_is_correct_and_accurate(store, params, size):
     """matmul_14's ring (TMA, the splitter warps' in-place split of A, the consumers' wgmma on
     A's two parts; d summed over FLUSH stages, the last chunk partial) at every tiling and
-    edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd
-    (scalar stores), one element, exactly one tile and one stage; verified against float64."""
+    edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd (scalar stores), one element,
+    exactly one tile and one stage; verified against float64."""
     cfg = compose_config("kernel=matmul_14", "backend=cuda", *size, *params, "timing.repeats=3",
                          "timing.warmup=1", f"tracking.uri={store}")
     assert run(cfg) is not None
