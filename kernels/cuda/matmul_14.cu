@@ -66,6 +66,9 @@
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
 #endif
+#ifndef A_ROUND
+#define A_ROUND 0 // A's big parts: 1 rounded to TF32 and written over A's tile, 0 A's tile as it
+#endif            // is, which the tensor cores truncate to TF32 (the small parts then exact)
 #ifndef FLUSH
 #define FLUSH 1   // stages whose products the tensor cores sum before d is added to acc
 #endif
@@ -188,6 +191,11 @@ __device__ __forceinline__ unsigned to_tf32(const float x) {
 __device__ __forceinline__ void split_tf32(const float x, unsigned& big, unsigned& small) {
     big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
     small = to_tf32(x - __uint_as_float(big));
+}
+
+// x's remainder under the tensor cores' own truncation to TF32 (the top 19 bits), rounded to TF32.
+__device__ __forceinline__ float remainder_tf32(const float x) {
+    return __uint_as_float(to_tf32(x - __uint_as_float(__float_as_uint(x) & 0xffffe000u)));
 }
 
 __device__ __forceinline__ float4 split_float4(float4& v) {  // v becomes its big parts
@@ -381,9 +389,14 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
 #pragma unroll 4
                     for (int i = splitter; i < A_STAGE_BYTES / 16; i += SPLITTERS) {
                         float4 v = a_tile[i];
+#if A_ROUND
                         const float4 small = split_float4(v);
                         a_tile[i] = v;
                         al_tile[i] = small;
+#else
+                        al_tile[i] = make_float4(remainder_tf32(v.x), remainder_tf32(v.y),
+                                                 remainder_tf32(v.z), remainder_tf32(v.w));
+#endif
                     }
                     fence_proxy_async();               // for wgmma's reads
                     barrier_arrive(ready + 8 * stage);
