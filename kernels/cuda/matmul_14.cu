@@ -21,14 +21,21 @@
 //    6% of the kernel's time at 4096, and the main loop then copies twice A's bytes by TMA), or
 //    splitting A's tile in shared memory after it lands. This step does the second, and not on
 //    the consumers (whose issue slots feed the tensor cores) but on the producer warpgroup's
-//    three idle warps: the splitter warps wait on full[s], read A's tile as float4s, write its
-//    big parts in place and its small parts (rounded to TF32) into the stage's AL tile, in the
-//    same swizzled layout (the split is element by element, so the swizzle carries over),
-//    fence.proxy.async (their generic stores become visible to wgmma's async-proxy reads) and
-//    arrive on ready[s]; the consumers wait on ready[s]. The ring is TMA -> full[s] ->
-//    splitters -> ready[s] -> consumers -> empty[s] -> producer. A's bytes cross L2 once;
-//    the split costs shared-memory bandwidth (A's tile read once, written twice a stage,
-//    against the wgmma's own descriptor reads of three times that), off the consumers' path.
+//    three idle warps: the splitter warps wait on full[s], read A's tile as float4s, write the
+//    small parts into the stage's AL tile in the same swizzled layout (the split is element by
+//    element, so the swizzle carries over), fence.proxy.async (their generic stores become
+//    visible to wgmma's async-proxy reads) and arrive on ready[s]; the consumers wait on
+//    ready[s]. The ring is TMA -> full[s] -> splitters -> ready[s] -> consumers -> empty[s] ->
+//    producer. A's bytes cross L2 once; the split costs shared-memory bandwidth, off the
+//    consumers' path.
+//  - A's big parts (A_ROUND = 0): A's tile as TMA wrote it, which the tensor cores read as TF32
+//    by truncation (its top 19 bits), so the small part is x - trunc(x), exact, rounded to TF32
+//    by cvt.rna; the splitters then write only AL. A_ROUND = 1 rounds the big parts as for B
+//    and writes them over A's tile: one more 16 KiB write a stage, the same error (2.38e-7
+//    against 2.38e-7 at 4096) and 2% slower (H100, same call: 4096 116.5 and 118.1 TFLOPS
+//    against 120.7 and 119.5). Shared memory is the budget here: at the tensor cores' pace the
+//    wgmma descriptor reads alone take about 64 of its 128 bytes a clock, TMA's writes, the B
+//    fragment loads and the split most of the rest (an estimate, not a profile).
 //  - Products: per 8-deep step three wgmma into a product tile d, summed by the tensor cores
 //    over one BK-deep stage (the first wgmma of the stage overwrites d: scale-d 0), then added
 //    to the FP32 accumulators acc with rounding FADDs (the tensor cores' own sums truncate;
@@ -38,6 +45,14 @@
 //    BM = 256 would need 256 registers for d and acc alone.
 //  - Each consumer waits for its wgmma every stage (wgmma.wait_group 0, for matmul_13's
 //    reason), releases the stage, then adds d to acc while the other consumer's wgmma run.
+//    FLUSH = 2 (d summed over two stages, half the FADDs) measured no faster and less accurate
+//    (H100: 4096 119.0 TFLOPS against 117.2-118.0, error 3.9e-7 against 2.4e-7; 8192 109.6
+//    against 112.3), so d is added every stage.
+//  - Where it stands (H100, cuBLAS SGEMM in the same run): 4096 119.5-120.7 TFLOPS, 2.30-2.34x
+//    (90% of cuBLAS TF32 / 3); 8192 110.9-113.3, 2.13-2.20x (the SM clock at 1770-1815 MHz
+//    there); 4097x4095x4093 107.9, 2.21x; 1000x1030x999 43.2, 1.30x (72 tiles of 128 x 128 on
+//    132 SMs, faster than the 136 to 272 tiles of smaller shapes); error 0.19-0.36x cuBLAS
+//    SGEMM's. matmul_12: 92.5 (1.78x).
 // Shared memory: STAGES x (2 BM + BN) rows of 128 bytes (192 KiB at 128 x 128 x 4 stages), 1 KiB
 // to align the stages to the swizzle's 1024 bytes, and the full/ready/empty mbarriers.
 //
