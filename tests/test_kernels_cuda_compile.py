@@ -109,7 +109,7 @@ def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_c
     """As matmul_12: no serialized wgmma and no spills; and the two-consumer shapes' register
     split (setmaxnreg, which ptxas ignores with a warning where it cannot apply it) is taken."""
     params = {**compose_config("kernel=matmul_14").kernel.params, **params}
-    plan, prepared = _compile(compile_only_cuda, "matmul_14", params)
+    _, prepared = _compile(compile_only_cuda, "matmul_14", params)
     log = prepared.program.log.replace("\0", "")
     assert "serialized" not in log and "wgmma" not in log.lower(), log
     assert "setmaxnreg" not in log.lower(), log
