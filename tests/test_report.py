@@ -343,9 +343,10 @@ def test_the_page_sets_each_step_against_its_pipes_recorded_ceiling(tmp_path):
     text = page.read_text()
     assert "## Against the ceilings: cuda on H100, 4096x4096x4096" in text
     assert "FFMA 63.0, mma.sync TF32 320.0, wgmma TF32 400.0" in text
-    assert "| matmul_9 | fp32 | 51,000 | 81.0 | — | — |" in text  # 51.0 of 63.0 TFLOPS
-    assert "| matmul_10 | tf32 | 128,000 | — | 40.0 | 32.0 |" in text
-    assert "| matmul_12 | tf32x3 | 91,000 | — | 85.3 | 68.2 |" in text  # of 320/3 and 400/3
+    assert "| matmul_9 | fp32 | 51,000 | 81.0 | — | — | — |" in text  # 51.0 of 63.0 TFLOPS
+    assert "| matmul_10 | tf32 | 128,000 | — | 40.0 | 32.0 | 87.1 |" in text  # cuBLAS TF32 147
+    # 3xTF32 against a third of each: 320/3, 400/3 and cuBLAS TF32's 147/3
+    assert "| matmul_12 | tf32x3 | 91,000 | — | 85.3 | 68.2 | 185.7 |" in text
 
 
 def test_a_page_without_recorded_ceilings_has_no_ceiling_section(tmp_path):

@@ -185,12 +185,13 @@ def ceiling_lines(table: dict, ceilings: dict) -> list[str]:
                              if ceiling.get(key))
         lines += [f"## Against the ceilings: {backend} on {device}, {size}", "",
                   f"Ceilings measured by `python -m runner.ceiling` on the same device, in "
-                  f"TFLOPS: {measured} (3xTF32: a third of a TF32 pipe). A step uses only the "
-                  "pipe its instruction feeds: the TF32 steps 10 and 11 `mma.sync`, 12 and 13 "
-                  "`wgmma`.", "",
+                  f"TFLOPS: {measured} (3xTF32: a third of a TF32 pipe, and of cuBLAS TF32). A "
+                  "step uses only the pipe its instruction feeds: the TF32 steps 10 and 11 "
+                  "`mma.sync`, 12 and 13 `wgmma`.", "",
                   "| step | precision | GFLOPS | " + " | ".join(
-                      f"% of {label}" for label, _, _ in CEILING_COLUMNS) + " |",
-                  "| --- | --- | ---: |" + " ---: |" * len(CEILING_COLUMNS)]
+                      f"% of {label}" for label, _, _ in CEILING_COLUMNS)
+                  + " | % of cuBLAS TF32 in the run |",
+                  "| --- | --- | ---: |" + " ---: |" * (len(CEILING_COLUMNS) + 1)]
         for (kernel, at), run in sorted(cells.items(), key=lambda c: _step_key(c[0][0])):
             rate = _rate(run)
             if at != size or rate is None or not _is_gemm(run):
@@ -201,6 +202,9 @@ def ceiling_lines(table: dict, ceilings: dict) -> list[str]:
                 pipe = ceiling.get(key)
                 shares.append(f"{100 * rate * divisors[precision] / (pipe * 1000):.1f}"
                               if pipe and precision in divisors else "—")
+            tf32 = run.data.metrics.get(names.VENDOR_TF32_GFLOPS)
+            divisor = CEILING_COLUMNS[-1][2].get(precision)
+            shares.append(f"{100 * rate * divisor / tf32:.1f}" if tf32 and divisor else "—")
             lines.append(f"| {kernel} | {precision} | {_fmt_rate(rate)} | "
                          + " | ".join(shares) + " |")
         lines.append("")
