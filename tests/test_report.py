@@ -72,6 +72,8 @@ def test_report_page_from_recorded_runs(store, tmp_path):
     assert "| matmul_2 | 33x17x9 |" in page
     assert "TS=3 is not an allowed value" in page, "failed runs are listed with their reason"
     assert "numpy" in page and "driver:" in page and "command(s):" in page
+    assert f"by `python -m runner.report --experiment ladder --uri {uri}`" in page
+    assert str(out) not in page, "where the page was written is no part of its command"
     # TS=3 is refused where the runner tags refusals (gemmlab.status), failed where it does not.
     assert re.search(rf"sweep `sweep ladder test` \(run `{parent_id}`\): 3 ok, "
                      r"(0 refused, 1 failed|1 refused, 0 failed), 0 cached", page)
@@ -322,3 +324,37 @@ def test_an_fp32_ladder_draws_no_tf32_line(tmp_path, monkeypatch):
     assert [text.get_text() for text in ax.get_legend().get_texts()] == ["FP32", "cuBLAS SGEMM"]
     assert build_report(runs, "fp32 only", tmp_path / "page", "sqlite:///x.db")[2].name == \
         "fp32-only-ladder.png"
+
+
+def test_the_page_sets_each_step_against_its_pipes_recorded_ceiling(tmp_path):
+    from runner import ceiling
+    from runner.results.runs import ceilings, load_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _synthetic_ladder(uri)
+    ceiling.record({"device": "H100", "driver": "NVIDIA 580", "ffma_tflops": 63.0,
+                    "ffma_tflops_at_clock": 66.9, "mma_tf32_tflops": 320.0,
+                    "wgmma_tf32_tflops": 400.0, "clock_mhz": 1980.0}, uri, "synthetic_ladder")
+    recorded = ceilings(uri, "synthetic_ladder")
+    assert recorded["H100"]["ceiling/wgmma_tf32_tflops"] == 400.0
+    runs = load_runs(uri, "synthetic_ladder")
+    assert len(runs) == 5, "the ceilings run is no step of the ladder"
+    page, *_ = build_report(runs, "ladder", tmp_path / "pages", uri, ceilings=recorded)
+    text = page.read_text()
+    assert "## Against the ceilings: cuda on H100, 4096x4096x4096" in text
+    assert "FFMA 63.0, mma.sync TF32 320.0, wgmma TF32 400.0" in text
+    assert "| matmul_9 | fp32 | 51,000 | 81.0 | — | — | — |" in text  # 51.0 of 63.0 TFLOPS
+    assert "| matmul_10 | tf32 | 128,000 | — | 40.0 | 32.0 | 87.1 |" in text  # cuBLAS TF32 147
+    # 3xTF32 against a third of each: 320/3, 400/3 and cuBLAS TF32's 147/3
+    assert "| matmul_12 | tf32x3 | 91,000 | — | 85.3 | 68.2 | 185.7 |" in text
+
+
+def test_a_page_without_recorded_ceilings_has_no_ceiling_section(tmp_path):
+    from runner.results.runs import ceilings, load_runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    _synthetic_ladder(uri)
+    assert ceilings(uri, "synthetic_ladder") == {}
+    page, *_ = build_report(load_runs(uri, "synthetic_ladder"), "ladder", tmp_path / "pages",
+                            uri, ceilings={})
+    assert "Against the ceilings" not in page.read_text()

@@ -126,6 +126,14 @@ COMPARE_MIN_EFFECT = "compare.min_effect"
 COMPARE_ALPHA = "compare.alpha"
 COMPARE_ARTIFACT = "compare.md"
 
+# A ceilings run (`python -m runner.ceiling --experiment …`): the device's pipes, measured.
+CEILING = "gemmlab.ceiling"
+CEILING_FFMA = "ceiling/ffma_tflops"
+CEILING_FFMA_AT_CLOCK = "ceiling/ffma_tflops_at_clock"
+CEILING_MMA_TF32 = "ceiling/mma_tf32_tflops"
+CEILING_WGMMA_TF32 = "ceiling/wgmma_tf32_tflops"
+CEILING_CLOCK_MHZ = "ceiling/clock_mhz"
+
 # A sweep's parent run: gemmlab.sweep = "true", and gemmlab.sweep.<what> for the rest.
 SWEEP = "gemmlab.sweep"
 SWEEP_PREFIX = SWEEP + "."

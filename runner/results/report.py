@@ -164,9 +164,57 @@ def summary_table(table: dict) -> list[str]:
     return lines + [""]
 
 
+# What bounds each precision's rate: FP32 SIMT steps the FFMA pipe; a TF32 step the tensor
+# cores through mma.sync or (Hopper) wgmma, whichever instruction it issues; 3xTF32 a third of
+# either (three products a term).
+CEILING_COLUMNS = [("FFMA", names.CEILING_FFMA, {"fp32": 1}),
+                   ("mma.sync TF32", names.CEILING_MMA_TF32, {"tf32": 1, "tf32x3": 3}),
+                   ("wgmma TF32", names.CEILING_WGMMA_TF32, {"tf32": 1, "tf32x3": 3})]
+
+
+def ceiling_lines(table: dict, ceilings: dict) -> list[str]:
+    """Each step at its backend's largest common size against the device's measured ceilings:
+    the share of each pipe its precision can use (3xTF32 against a third of the TF32 pipe)."""
+    lines = []
+    for (backend, device), cells in sorted(table.items()):
+        ceiling = ceilings.get(device)
+        size = _largest_common_size(cells)
+        if not ceiling or size is None:
+            continue
+        measured = ", ".join(f"{label} {ceiling[key]:,.1f}" for label, key, _ in CEILING_COLUMNS
+                             if ceiling.get(key))
+        lines += [f"## Against the ceilings: {backend} on {device}, {size}", "",
+                  f"Ceilings measured by `python -m runner.ceiling` on the same device, in "
+                  f"TFLOPS: {measured} (3xTF32: a third of a TF32 pipe, and of cuBLAS TF32). A "
+                  "step uses only the pipe its instruction feeds: the TF32 steps 10 and 11 "
+                  "`mma.sync`, 12, 13 and 14 `wgmma`.", "",
+                  "| step | precision | GFLOPS | " + " | ".join(
+                      f"% of {label}" for label, _, _ in CEILING_COLUMNS)
+                  + " | % of cuBLAS TF32 in the run |",
+                  "| --- | --- | ---: |" + " ---: |" * (len(CEILING_COLUMNS) + 1)]
+        for (kernel, at), run in sorted(cells.items(), key=lambda c: _step_key(c[0][0])):
+            rate = _rate(run)
+            if at != size or rate is None or not _is_gemm(run):
+                continue
+            precision = run.data.params.get(names.KERNEL_PRECISION, "fp32")
+            shares = []
+            for _, key, divisors in CEILING_COLUMNS:
+                pipe = ceiling.get(key)
+                shares.append(f"{100 * rate * divisors[precision] / (pipe * 1000):.1f}"
+                              if pipe and precision in divisors else "—")
+            tf32 = run.data.metrics.get(names.VENDOR_TF32_GFLOPS)
+            divisor = CEILING_COLUMNS[-1][2].get(precision)
+            shares.append(f"{100 * rate * divisor / tf32:.1f}" if tf32 and divisor else "—")
+            lines.append(f"| {kernel} | {precision} | {_fmt_rate(rate)} | "
+                         + " | ".join(shares) + " |")
+        lines.append("")
+    return lines
+
+
 def render_markdown(title: str, uri: str, table: dict, failed: list[str],
                     command: Optional[str] = None, sweeps: Optional[list[str]] = None,
-                    images: Optional[list[tuple[str, str]]] = None) -> str:
+                    images: Optional[list[tuple[str, str]]] = None,
+                    ceilings: Optional[dict] = None) -> str:
     how = f"by `{command}` " if command else ""
     lines = [f"# Benchmark: {title}", "",
              f"Generated on {dt.date.today().isoformat()} {how}from MLflow runs read from "
@@ -179,6 +227,7 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
     lines += summary_table(table)
     for caption, name in images or []:
         lines += [f"![{caption}]({name})", ""]
+    lines += ceiling_lines(table, ceilings or {})
     for (backend, device), cells in sorted(table.items()):
         lines += [f"## {backend} on {device}", "",
                   *provenance(list(cells.values()), uri, commands_label="command(s)"), ""]
@@ -585,13 +634,15 @@ def _stem(text: str) -> str:
 
 
 def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optional[str] = None,
-                 command: Optional[str] = None, best: bool = False) -> list[Path]:
+                 command: Optional[str] = None, best: bool = False,
+                 ceilings: Optional[dict] = None) -> list[Path]:
     """Write `<out_dir>/<name>.md` and its PNGs for these runs; return every file, page first.
 
     `runs` are `mlflow.entities.Run` in any order (sweep parents are left out); `name` defaults
     to `title` made file-safe; `uri` is where they were read (quoted, and used to look up the
     names of their sweeps); `best` shows the fastest run per step and size rather than the
-    newest (a sweep's page). Sets no global MLflow state."""
+    newest (a sweep's page); `ceilings` (device name -> recorded ceilings, `runs.ceilings`) adds
+    each step against its pipe's ceiling. Sets no global MLflow state."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = _stem(name or title)
@@ -605,10 +656,24 @@ def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optio
             images.append((f"{title}: {caption}", written))
     page = render_markdown(title, uri, table, failures(runs), command=command,
                            sweeps=sweep_lines(runs, uri),
-                           images=[(c, p.name) for c, p in images])
+                           images=[(c, p.name) for c, p in images], ceilings=ceilings)
     md = out_dir / f"{stem}.md"
     md.write_text(page)
     return [md, *(p for _, p in images)]
+
+
+def _without_out(arguments: list[str]) -> list[str]:
+    """The command as a page names it: where the page was written (`--out`, often a folder of
+    the machine that made it) changes nothing on the page."""
+    kept, skip = [], False
+    for argument in arguments:
+        if skip:
+            skip = False
+        elif argument == "--out":
+            skip = True
+        elif not argument.startswith("--out="):
+            kept.append(argument)
+    return kept
 
 
 def main(argv=None) -> list[Path]:
@@ -644,10 +709,12 @@ def main(argv=None) -> list[Path]:
                            args.device)
     if not runs:
         raise recorded.NoRuns("no runs match --backend/--device")
-    command = "python -m runner.report " + shlex.join(argv if argv is not None else sys.argv[1:])
+    command = "python -m runner.report " + shlex.join(
+        _without_out(argv if argv is not None else sys.argv[1:]))
     out = recorded.out_folder(args.out)
     files = build_report(runs, title, out, args.uri, name=name or args.experiment,
-                         command=command)
+                         command=command,
+                         ceilings=recorded.ceilings(args.uri, args.experiment))
     print(f"wrote {out}/: " + ", ".join(f.name for f in files))
     return files
 

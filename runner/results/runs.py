@@ -118,10 +118,22 @@ def load_runs(uri: str, experiment: Optional[str] = None, sweep: Optional[str] =
     else:
         runs = search(mlflow_client, ids) if ids else []
         where = f"experiment {experiment!r}"
-    runs = [r for r in runs if r.data.tags.get(names.SWEEP) != "true"]
+    runs = [r for r in runs if r.data.tags.get(names.SWEEP) != "true"
+            and r.data.tags.get(names.CEILING) != "true"]
     if not runs:
         raise NoRuns(f"no runs in {where} at {uri}")
     return runs
+
+
+def ceilings(uri: str, experiment: Optional[str]) -> dict[str, dict]:
+    """The newest recorded ceilings (`python -m runner.ceiling --experiment …`) of each device
+    in the experiment, by device name: their metrics in TFLOPS."""
+    mlflow_client = client(uri)
+    ids = experiment_ids(mlflow_client, experiment) if experiment else []
+    found: dict[str, dict] = {}
+    for run in search(mlflow_client, ids, f"tags.`{names.CEILING}` = 'true'") if ids else []:
+        found.setdefault(run.data.tags.get(names.DEVICE_NAME, "?"), dict(run.data.metrics))
+    return found
 
 
 def select(runs: list, backend: Optional[str] = None, device: Optional[str] = None) -> list:
