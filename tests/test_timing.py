@@ -110,3 +110,23 @@ def _prepared_on_cpu(backend, kernel: str, size: ProblemSize):
     cfg = compose_config("backend.device_type=cpu", f"kernel={kernel}")
     plan = plan_kernel(cfg.kernel, size)
     return prepare(backend, cfg.kernel.sources, plan, make_problem(plan.operation, plan.size, 0))
+
+
+def test_a_program_is_reused_by_its_own_backend_only(cpu_backend):
+    """Programs are compiled once per backend object. Another backend (another runtime, or one
+    made after the first is gone, perhaps at the same address) compiles its own, and a backend
+    that is gone takes its programs with it."""
+    import gc
+
+    from runner.run import execute
+
+    first = _prepared_on_cpu(cpu_backend, "transpose_1", ProblemSize(40, 24, 1))
+    again = _prepared_on_cpu(cpu_backend, "transpose_1", ProblemSize(40, 24, 1))
+    assert again.program is first.program
+    other = OpenCLBackend(device_type="cpu")
+    theirs = _prepared_on_cpu(other, "transpose_1", ProblemSize(40, 24, 1))
+    assert theirs.program is not first.program
+    held = len(execute._programs)
+    del other, theirs
+    gc.collect()
+    assert len(execute._programs) == held - 1

@@ -8,6 +8,7 @@ still recorded with what it had.
 import dataclasses
 import logging
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -118,17 +119,21 @@ class PreparedRun:
             backend.synchronize()
 
 
-_programs: dict[tuple, CompiledProgram] = {}
-_inspections: dict[tuple, dict[str, str]] = {}
+# Per backend object, never per id(): a backend that is gone can leave its id to a new one on
+# another device, which must not be handed the old one's programs.
+_programs: "weakref.WeakKeyDictionary[Backend, dict[tuple, CompiledProgram]]" = \
+    weakref.WeakKeyDictionary()
+_inspections: "weakref.WeakKeyDictionary[Backend, dict[tuple, dict[str, str]]]" = \
+    weakref.WeakKeyDictionary()
 
 
-def _program_key(backend: Backend, source: str, file_name: str, entries: list[str],
+def _program_key(source: str, file_name: str, entries: list[str],
                  defines: dict[str, int], max_registers, include_dirs: Sequence[str] = ()
                  ) -> tuple:
     folder = Path(include_dirs[0]) if include_dirs else None
     headers = tuple((str(path), path.read_bytes()) for path in local_includes(source, folder)) \
         if folder is not None else ()  # an edited header beside the source: another program
-    return (id(backend), source, file_name, tuple(entries), tuple(sorted(defines.items())),
+    return (source, file_name, tuple(entries), tuple(sorted(defines.items())),
             max_registers, tuple(include_dirs), headers)
 
 
@@ -138,30 +143,32 @@ def compile_once(backend: Backend, source: str, file_name: str, entries: list[st
     """Compile a source with its defines once per backend and process (a sweep's jobs that
     differ only in size, or a re-run, reuse the program, its log and its resource report).
     `include_dirs`: the source's own folder, for the files beside it that it includes."""
-    key = _program_key(backend, source, file_name, entries, defines, max_registers, include_dirs)
-    if key not in _programs:
-        _programs[key] = backend.compile(source, file_name, entries, defines, max_registers,
-                                         include_dirs=tuple(include_dirs))
-    return _programs[key]
+    key = _program_key(source, file_name, entries, defines, max_registers, include_dirs)
+    programs = _programs.setdefault(backend, {})
+    if key not in programs:
+        programs[key] = backend.compile(source, file_name, entries, defines, max_registers,
+                                        include_dirs=tuple(include_dirs))
+    return programs[key]
 
 
 def inspect_once(backend: Backend, prepared: "PreparedRun", plan: KernelPlan) -> dict[str, str]:
     """The inspection files of a compiled program (runner/inspect/program.py: summary.md, PTX, SASS
     or the build log), made once per program like the program itself. Never fails a run: what
     could not be made is said in summary.md."""
-    key = _program_key(backend, prepared.source, prepared.file_name, plan.entries, plan.defines,
+    key = _program_key(prepared.source, prepared.file_name, plan.entries, plan.defines,
                        plan.max_registers, prepared.include_dirs)
-    if key not in _inspections:
+    inspections = _inspections.setdefault(backend, {})
+    if key not in inspections:
         try:
             from runner.inspect.program import inspect_program
 
-            _inspections[key] = inspect_program(backend, prepared.source, prepared.file_name,
-                                                plan, prepared.program,
-                                                prepared.include_dirs).files
+            inspections[key] = inspect_program(backend, prepared.source, prepared.file_name,
+                                               plan, prepared.program,
+                                               prepared.include_dirs).files
         except Exception as error:  # a missing or failing tool is a note, not a failed run
-            _inspections[key] = {"summary.md": f"# {plan.name}: no inspection\n\n"
-                                               f"{type(error).__name__}: {error}\n"}
-    return _inspections[key]
+            inspections[key] = {"summary.md": f"# {plan.name}: no inspection\n\n"
+                                              f"{type(error).__name__}: {error}\n"}
+    return inspections[key]
 
 
 def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
