@@ -9,6 +9,7 @@ device-to-device copy of the same bytes, through the same backend.
 import dataclasses
 import os
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -166,8 +167,11 @@ def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup: int,
     return samples, out, notes
 
 
-_measured: dict[tuple, Optional[VendorResult]] = {}
-_measured_tf32: dict[tuple, VendorResult] = {}
+# Per backend object, never per id(): a new backend may reuse a gone one's address.
+_measured: "weakref.WeakKeyDictionary[Backend, dict[tuple, Optional[VendorResult]]]" = \
+    weakref.WeakKeyDictionary()
+_measured_tf32: "weakref.WeakKeyDictionary[Backend, dict[tuple, VendorResult]]" = \
+    weakref.WeakKeyDictionary()
 
 
 def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffers: dict,
@@ -178,25 +182,27 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
     operation = plan.operation
     shape = tuple(array.shape for array in problem.inputs.values())
     # Not the tolerance: it decides whether a result passes, not the library's time or error.
-    key = (id(backend), operation, shape, seed, timing_cfg.warmup,
+    key = (operation, shape, seed, timing_cfg.warmup,
            Repetitions.of(timing_cfg).key(), timing_cfg.flush_l2,
            check_cfg.full_reference_max_macs, check_cfg.sample_rows, check_cfg.sample_cols)
-    baseline = _measured.get(key)
+    measured, measured_tf32 = (_measured.setdefault(backend, {}),
+                               _measured_tf32.setdefault(backend, {}))
+    baseline = measured.get(key)
     if baseline is None:
         baseline = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
                                      check_cfg, seed)
         if baseline is None or "noisy" not in baseline.notes:  # a noisy one is never reused
-            _measured[key] = baseline
+            measured[key] = baseline
     device_id = _cuda_device_for(backend) if operation is Operation.sgemm else None
     if baseline is None or plan.precision == "fp32" or device_id is None:
         return baseline
-    if key not in _measured_tf32:
+    if key not in measured_tf32:
         A, B = problem.inputs["A"], problem.inputs["B"]
         samples, C = cublas_sgemm(A, B, device_id, timing_cfg.warmup,
                                   Repetitions.of(timing_cfg), timing_cfg.flush_l2, tf32=True)
-        _measured_tf32[key] = VendorResult("cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)",
+        measured_tf32[key] = VendorResult("cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)",
                                            samples, _rel_error(A, B, C, check_cfg, seed))
-    return dataclasses.replace(baseline, tf32=_measured_tf32[key])
+    return dataclasses.replace(baseline, tf32=measured_tf32[key])
 
 
 def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
