@@ -72,8 +72,7 @@ def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
     best = {run.data.params["M"]: run.data.metrics["perf/gflops"] for run in jobs
             if run.data.tags["gemmlab.status"] == "ok"}
     assert {point.step: point.value for point in history} == {24: best["24"], 40: best["40"]}
-    assert parent.info.run_name.startswith("size=24,40") and \
-        parent.info.run_name.endswith(" · sweep")
+    assert parent.info.run_name == "matmul_2 size=24,40 TS=8,12 · opencl sweep"
     first, second = parent.data.tags["mlflow.note.content"].splitlines()[:2]
     assert "size=24,40" in first and "4 jobs" in first
     assert "report/" in second and "gflops/<kernel>" in second

@@ -87,6 +87,19 @@ def sweep_definition(config: DictConfig) -> dict[str, str]:
     return definition
 
 
+def sweep_name(config: DictConfig, definition: dict[str, str]) -> str:
+    """The parent run's name: the kernel when one is fixed, then what was swept (the runs table
+    shows the first 20 characters), then the backend when one is fixed, e.g. `matmul_14
+    shape=square_1024,… · cuda sweep`. The experiment is already the page's own, and
+    kernel.params.TS reads as TS."""
+    swept = " ".join(f"{k.removeprefix(names.KERNEL_PARAMS_PREFIX)}={v}"
+                     for k, v in definition.items())
+    kernel = None if "kernel" in definition else OmegaConf.select(config, "kernel.name")
+    backend = None if "backend" in definition else OmegaConf.select(config, "backend.name")
+    head = " ".join(part for part in (kernel, swept) if part) or "one job"
+    return f"{head} · {backend + ' ' if backend else ''}sweep"[:240]
+
+
 def expected_jobs(config: DictConfig) -> Optional[int]:
     """How many jobs the sweep will launch, when it can be told in advance."""
     trials = OmegaConf.select(config, "hydra.sweeper.n_trials")
@@ -388,11 +401,7 @@ class SweepRecorder(Callback):
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
         self._expected = expected_jobs(config)
-        # What was swept leads the name (the runs table shows its first 20 characters); the
-        # experiment is already the page's own, and kernel.params.TS reads as TS.
-        swept = " ".join(f"{k.removeprefix(names.KERNEL_PARAMS_PREFIX)}={v}"
-                         for k, v in definition.items())
-        self._name = f"{swept or 'one job'} · sweep"[:240]
+        self._name = sweep_name(config, definition)
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
         launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
         tags = {**provenance_tags(), names.SWEEP: "true",
