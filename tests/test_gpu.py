@@ -177,6 +177,29 @@ def test_matmul_14_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     assert metrics["check/rel_error"] < 1e-6
 
 
+@pytest.mark.parametrize("params", [
+    [],
+    ["kernel.params.BM=256", "kernel.params.BN=128", "kernel.params.SMS=132"],
+    ["kernel.params.BM=192", "kernel.params.BN=192", "kernel.params.SMS=0"],
+    ["kernel.params.CLUSTER=2"],
+], ids=["size-rules", "persistent-256x128", "three-consumers-192x192", "cluster2"])
+@pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=1", "n=1", "k=1"],
+                                  ["m=4097", "n=4095", "k=333"]],
+                         ids=["k-odd", "one", "several-tiles-a-block"])
+@requires_cuda_gpu
+def test_matmul_13_inflight_any_shape_and_tiling_is_correct(store, params, size):
+    """INFLIGHT=1 (a stage's wgmma group left running while the next stage's fragments load
+    into the other register set, the stage released a stage later) at each tile shape: an odd
+    number of stages a tile (11: the pair loop leaves after its first half), one stage, and
+    blocks looping over several tiles (barrier phases carried across tiles); verified."""
+    cfg = compose_config("kernel=matmul_13", "backend=cuda", "kernel.params.INFLIGHT=1", *size,
+                         *params, "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    assert recorded.data.params["kernel.params.INFLIGHT"] == "1"
+    assert recorded.data.metrics["check/passed"] == 1.0
+
+
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
                                   ["m=1", "n=1", "k=1"], ["size=4096"]],

@@ -33,12 +33,27 @@
 //  - Accumulators: lane (g, t) holds C^T[n][8j + 2t], [n][8j + 2t + 1] and the same for n + 1,
 //    so C is stored as float2 pairs (n, n + 1) of rows 8j + 2t and 8j + 2t + 1: each warp store
 //    writes whole 32-byte sectors.
-//  - Each consumer waits for its products every stage (wgmma.wait_group 0) and then releases
-//    the stage; the two consumer warpgroups take turns on the tensor cores, one issuing while
-//    the other loads. Leaving a stage's wgmma running while the next stage's fragments load was
-//    tried: ptxas then reused the running wgmma's fragment registers for the loads (wrong
-//    results on an H100 at 4096 with two consumers), and with the fragments held in registers
-//    of their own it serialised every wgmma (its warning C7513), so the wait stays.
+//  - By default (INFLIGHT = 0) each consumer waits for its products every stage
+//    (wgmma.wait_group 0) and then releases the stage; the two consumer warpgroups take turns
+//    on the tensor cores, one issuing while the other loads. An earlier attempt at leaving a
+//    stage's wgmma running while the next stage's fragments load got wrong results (ptxas
+//    reused the running wgmma's fragment registers for the loads; H100, 4096, two consumers)
+//    or, with the fragments in registers of their own, every wgmma serialised (C7513).
+//    INFLIGHT = 1 is the register-operand software pipeline (CUTLASS's "RS" mainloop): two
+//    fragment sets, the stage loop unrolled by two so that each wgmma names a fixed set. Per
+//    stage a consumer issues and commits its group on one set, waits with wgmma.wait_group 1
+//    (the previous stage's group, which read the other set, is done), releases the previous
+//    stage (the cluster's rule for the last STAGES stages unchanged), then waits on the next
+//    stage's full barrier and loads its fragments into the other set while this stage's group
+//    runs; at a tile's end wait_group 0 and the last stage's release, then C is stored.
+//    Empty asm operand fences (hold_register, CUTLASS's warpgroup_fence_operand) on the
+//    accumulators and the fragment sets around issue and wait keep the compiler from moving
+//    their reads and writes across the waits or reusing a set before the wait that retires it.
+//    ptxas (sm_90a) compiles it without C7513 and without spills for 256 x 128, 192 x 192 (three
+//    consumers: registers up to R151 of their 160) and 128 x 64; in the SASS the next stage's
+//    LDS sit between one stage's HGMMAs and the WARPGROUP.DEPBAR that retires them, into the
+//    other set (256 x 128: sets R152-R167 and R168-R183, accumulators R24-R151). Not yet
+//    measured on a GPU, for correctness or speed, so it is off.
 //  - A persistent grid (SMS = 132, an H100's or H200's SMs): each block loops over tiles, so
 //    the producer copies the next tile's stages while the consumers store C, and no block pays
 //    the launch and the pipeline's fill again (H200, % of cuBLAS TF32: 4096 94.2 against 93.2
@@ -83,6 +98,9 @@
 #ifndef SMS
 #define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
 #endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
+#ifndef INFLIGHT
+#define INFLIGHT 0  // 1: a stage's wgmma group runs while the next stage's fragments load
+#endif
 
 #define WARP 32
 #define WARPGROUP 128
@@ -210,6 +228,12 @@ __device__ __forceinline__ void wgmma_wait() {  // until at most N groups are ru
 // across (the wgmma writes the accumulators asynchronously; reads must stay after the wait).
 __device__ __forceinline__ void hold_register(float& x) {
     asm volatile("" : "+f"(x) :: "memory");
+}
+
+// The same for a fragment register (CUTLASS's warpgroup_fence_operand): a running wgmma reads
+// it, so it stays live, unmoved and unreused, up to the wait that retires that wgmma.
+__device__ __forceinline__ void hold_register(unsigned& x) {
+    asm volatile("" : "+r"(x) :: "memory");
 }
 
 // x rounded to TF32 (nearest, ties away from zero), as the tensor core's operand.
@@ -495,6 +519,42 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
     const int n_in_tile = 32 * box + 4 * chunk + 2 * pair;  // wgmma A rows g, g + 8: n, n + 1
     const int pair_ok = (N % 2) == 0;
 
+#if INFLIGHT
+    // B^T's fragments of stage `st` (k rows 8s + t and 8s + t + 4 of step s; 8 rows: 1 KiB),
+    // rounded to TF32.
+    auto load_fragments = [&](unsigned (&frag)[STEPS][4], const int st) {
+        const unsigned char* b_stage = smem + st * STAGE_BYTES + A_STAGE_BYTES;
+#pragma unroll
+        for (int s = 0; s < STEPS; s++) {
+            const float2 lo = *reinterpret_cast<const float2*>(b_stage + frag_lo + s * 8 * ROW_BYTES);
+            const float2 hi = *reinterpret_cast<const float2*>(b_stage + frag_hi + s * 8 * ROW_BYTES);
+            frag[s][0] = to_tf32(lo.x);  // row g (n), slot t
+            frag[s][1] = to_tf32(lo.y);  // row g + 8 (n + 1), slot t
+            frag[s][2] = to_tf32(hi.x);  // row g, slot t + 4
+            frag[s][3] = to_tf32(hi.y);  // row g + 8, slot t + 4
+        }
+    };
+    // This warp is done with stage `st`, the `it`-th this block consumes (its wgmma have been
+    // waited for): the producers (of every block of the cluster, which write into this block's
+    // stage) may refill it. The last STAGES stages are awaited by no producer, so a cluster's
+    // blocks leave those arrivals out: a block never touches a peer that may have finished.
+    auto release = [&](const int st, const int it) {
+        __syncwarp();
+        if (lane == 0) {
+#if CLUSTER > 1
+            if (it + STAGES < total_iters) {
+#pragma unroll
+                for (unsigned cta = 0; cta < CLUSTER; cta++)
+                    barrier_arrive_cluster(empty + 8 * st, cta);
+            }
+#else
+            (void)it;
+            barrier_arrive(empty + 8 * st);
+#endif
+        }
+    };
+#endif
+
     int stage = 0, iter = 0;
     unsigned phase = 0;
     for (int unit = first_unit; unit < units; unit += unit_stride) {
@@ -504,6 +564,60 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
 #pragma unroll
         for (int i = 0; i < ACC; i++) acc[i] = 0.0f;
 
+#if INFLIGHT
+        // Two fragment sets: stage kt's wgmma group reads set kt % 2 while stage kt + 1's
+        // fragments load into the other. Per stage: issue and commit the group, wait until at
+        // most it is running (the previous stage's group, which read the other set, is done),
+        // release the previous stage, then wait for the next stage and load its fragments.
+        // The pair loop is unrolled so the set is a constant (registers, not local memory).
+        unsigned frag[2][STEPS][4];
+        barrier_wait(full + 8 * stage, phase);
+        load_fragments(frag[0], stage);
+        int kt = 0, last_stage = stage;
+        while (kt < num_k) {
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                const unsigned a_stage = stages + stage * STAGE_BYTES;
+#pragma unroll
+                for (int i = 0; i < ACC; i++) hold_register(acc[i]);
+#pragma unroll
+                for (int s = 0; s < STEPS; s++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) hold_register(frag[h][s][e]);
+                wgmma_fence();
+#pragma unroll
+                for (int s = 0; s < STEPS; s++)
+                    WGMMA(acc, frag[h][s], matrix_descriptor(a_stage + s * 32));
+                wgmma_commit();
+                wgmma_wait<1>();  // the previous stage's group is done: set h ^ 1 is free
+#pragma unroll
+                for (int i = 0; i < ACC; i++) hold_register(acc[i]);
+#pragma unroll
+                for (int s = 0; s < STEPS; s++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) hold_register(frag[h ^ 1][s][e]);
+                if (kt > 0) release(last_stage, iter - 1);
+                last_stage = stage;
+                if (++stage == STAGES) {
+                    stage = 0;
+                    phase ^= 1;
+                }
+                kt++;
+                iter++;
+                if (kt == num_k) break;
+                barrier_wait(full + 8 * stage, phase);  // the next stage's bytes have landed
+                load_fragments(frag[h ^ 1], stage);
+            }
+        }
+        wgmma_wait<0>();  // the tile's last group
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+#pragma unroll
+            for (int s = 0; s < STEPS; s++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) hold_register(frag[h][s][e]);
+        release(last_stage, iter - 1);
+#else
         for (int kt = 0; kt < num_k; kt++, iter++) {
             barrier_wait(full + 8 * stage, phase);          // this stage's bytes have landed
             const unsigned a_stage = stages + stage * STAGE_BYTES;
@@ -545,6 +659,7 @@ matmul_13(const int M, const int N, const int K, const __grid_constant__ TensorM
                 phase ^= 1;
             }
         }
+#endif
 #pragma unroll
         for (int i = 0; i < ACC; i++) hold_register(acc[i]);
 
