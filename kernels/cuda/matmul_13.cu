@@ -99,7 +99,7 @@
 #define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
 #endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
 #ifndef INFLIGHT
-#define INFLIGHT 0  // 1: a stage's wgmma group runs while the next stage's fragments load
+#define INFLIGHT 1  // 1: a stage's wgmma group runs while the next stage's fragments load
 #endif
 
 #define WARP 32
