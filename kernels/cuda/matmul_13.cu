@@ -33,13 +33,13 @@
 //  - Accumulators: lane (g, t) holds C^T[n][8j + 2t], [n][8j + 2t + 1] and the same for n + 1,
 //    so C is stored as float2 pairs (n, n + 1) of rows 8j + 2t and 8j + 2t + 1: each warp store
 //    writes whole 32-byte sectors.
-//  - By default (INFLIGHT = 0) each consumer waits for its products every stage
+//  - With INFLIGHT = 0 each consumer waits for its products every stage
 //    (wgmma.wait_group 0) and then releases the stage; the two consumer warpgroups take turns
 //    on the tensor cores, one issuing while the other loads. An earlier attempt at leaving a
 //    stage's wgmma running while the next stage's fragments load got wrong results (ptxas
 //    reused the running wgmma's fragment registers for the loads; H100, 4096, two consumers)
 //    or, with the fragments in registers of their own, every wgmma serialised (C7513).
-//    INFLIGHT = 1 is the register-operand software pipeline (CUTLASS's "RS" mainloop): two
+//    INFLIGHT = 1 (the default) is the register-operand software pipeline (CUTLASS's "RS" mainloop): two
 //    fragment sets, the stage loop unrolled by two so that each wgmma names a fixed set. Per
 //    stage a consumer issues and commits its group on one set, waits with wgmma.wait_group 1
 //    (the previous stage's group, which read the other set, is done), releases the previous
@@ -52,8 +52,9 @@
 //    ptxas (sm_90a) compiles it without C7513 and without spills for 256 x 128, 192 x 192 (three
 //    consumers: registers up to R151 of their 160) and 128 x 64; in the SASS the next stage's
 //    LDS sit between one stage's HGMMAs and the WARPGROUP.DEPBAR that retires them, into the
-//    other set (256 x 128: sets R152-R167 and R168-R183, accumulators R24-R151). Not yet
-//    measured on a GPU, for correctness or speed, so it is off.
+//    other set (256 x 128: sets R152-R167 and R168-R183, accumulators R24-R151). H100, one
+//    call, INFLIGHT 0 / 1 alternated: 4096 367.5, 368.0 / 388.5, 390.3 TFLOPS (98.5 and 99.0%
+//    of cuBLAS TF32); 8192 (192 x 192) 357.4, 371.6 / 374.3, 366.4, within the noise.
 //  - A persistent grid (SMS = 132, an H100's or H200's SMs): each block loops over tiles, so
 //    the producer copies the next tile's stages while the consumers store C, and no block pays
 //    the launch and the pipeline's fill again (H200, % of cuBLAS TF32: 4096 94.2 against 93.2
