@@ -117,19 +117,23 @@ def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_c
     assert used.registers is not None and used.spill_bytes == 0, log
 
 
-@pytest.mark.parametrize("rule", [None, 0, 1], ids=["defaults-256x128", "rule-128x64",
-                                                   "rule-192x192-three-consumers"])
+@pytest.mark.parametrize("tile", [None, 0, 1, {"BM": 192, "BN": 192, "SMS": 0}],
+                         ids=["defaults-256x128", "rule-128x64", "rule-256x64-one-consumer",
+                              "three-consumers-192x192"])
 @pytest.mark.parametrize("cluster", [1, 2], ids=["cluster1", "cluster2"])
-def test_matmul_13_inflight_pipeline_runs_asynchronously_without_spills(compile_only_cuda, rule,
+def test_matmul_13_inflight_pipeline_runs_asynchronously_without_spills(compile_only_cuda, tile,
                                                                          cluster):
     """INFLIGHT=1 keeps a stage's wgmma group running while the next stage's fragments load
-    into a second register set: at every tile shape the size rules pick, ptxas must neither
-    serialize the wgmma (C7513, as when a running wgmma's fragment registers are rewritten) nor
-    spill (192x192's three consumers have 160 registers for 96 accumulators and two sets)."""
+    into a second register set: at every tile shape the size rules pick (an int: that rule's),
+    and at 192x192, ptxas must neither serialize the wgmma (C7513, as when a running wgmma's
+    fragment registers are rewritten) nor spill (192x192's three consumers have 160 registers
+    for 96 accumulators and two sets; 256x64's one consumer holds 128 accumulators)."""
     params = {**compose_config("kernel=matmul_13").kernel.params, "INFLIGHT": 1,
               "CLUSTER": cluster}
-    if rule is not None:
-        params.update(kernel_yaml("matmul_13")["size_rules"][rule]["params"])
+    if isinstance(tile, int):
+        params.update(kernel_yaml("matmul_13")["size_rules"][tile]["params"])
+    elif tile is not None:
+        params.update(tile)
     _, prepared = _compile(compile_only_cuda, "matmul_13", params)
     log = prepared.program.log.replace("\0", "")
     assert "serialized" not in log and "C7513" not in log and "wgmma" not in log.lower(), log

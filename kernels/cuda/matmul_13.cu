@@ -55,6 +55,11 @@
 //    other set (256 x 128: sets R152-R167 and R168-R183, accumulators R24-R151). H100, one
 //    call, INFLIGHT 0 / 1 alternated: 4096 367.5, 368.0 / 388.5, 390.3 TFLOPS (98.5 and 99.0%
 //    of cuBLAS TF32); 8192 (192 x 192) 357.4, 371.6 / 374.3, 366.4, within the noise.
+//    With a group in flight, one block nearly keeps an SM's tensor cores busy, so the size
+//    rules changed with it: the 192 x 192 rule for large C went (8192, persistent 256 x 128
+//    now measures as fast or faster), and where 128 x 64 tiles would make more blocks than
+//    SMs (1000 x 1030 x 999: 136), the two blocks sharing an SM took twice as long; 256 x 64
+//    tiles, one block an SM, take those shapes (the YAML has the figures).
 //  - A persistent grid (SMS = 132, an H100's or H200's SMs): each block loops over tiles, so
 //    the producer copies the next tile's stages while the consumers store C, and no block pays
 //    the launch and the pipeline's fill again (H200, % of cuBLAS TF32: 4096 94.2 against 93.2
