@@ -200,6 +200,36 @@ def test_matmul_13_inflight_any_shape_and_tiling_is_correct(store, params, size)
     assert recorded.data.metrics["check/passed"] == 1.0
 
 
+@pytest.mark.parametrize("params", [
+    [],
+    ["kernel.params.STAGES=3"],
+    ["kernel.params.BN=64"],
+    ["kernel.params.BN=64", "kernel.params.STAGES=3", "kernel.params.SMS=0",
+     "kernel.params.A_ROUND=1"],
+], ids=["defaults", "3stages", "bn64", "bn64-3stages-block-per-tile-a-round"])
+@pytest.mark.parametrize("size", [["m=1", "n=1", "k=1"], ["m=70", "n=67", "k=50"],
+                                  ["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=20"],
+                                  ["m=256", "n=200", "k=96"], ["m=1000", "n=1030", "k=999"],
+                                  ["m=4097", "n=4095", "k=333"]],
+                         ids=["one", "n-odd-2-stages", "k-odd-11-stages", "k-below-bk",
+                              "3-stages", "1000x1030x999", "several-tiles-a-block"])
+@requires_cuda_gpu
+def test_matmul_14_inflight_any_shape_and_tiling_is_correct_and_accurate(store, params, size):
+    """INFLIGHT=1 (the product tile as two wgmma halves, one running while the other is added
+    and the next stage's fragments load into the other set; a loop trip of two stages ending
+    drained) at each tiling: one stage (K = 1, K < BK), an even and an odd number of stages a
+    tile (the trip's second stage absent: 1, 3, 11), several tiles a block (barrier phases and
+    the fragment sets carried across tiles); verified against float64, as accurate as
+    INFLIGHT=0."""
+    cfg = compose_config("kernel=matmul_14", "backend=cuda", "kernel.params.INFLIGHT=1", *size,
+                         *params, "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
+    assert run(cfg) is not None
+    recorded = _recorded(store)
+    assert recorded.data.params["kernel.params.INFLIGHT"] == "1"
+    assert recorded.data.metrics["check/passed"] == 1.0
+    assert recorded.data.metrics["check/rel_error"] < 1e-6
+
+
 @pytest.mark.parametrize("stages", [2, 3, 4])
 @pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
                                   ["m=1", "n=1", "k=1"], ["size=4096"]],

@@ -1,5 +1,7 @@
 """Every CUDA kernel compiles through NVRTC for sm_90a, with registers and spills read back."""
 
+import re
+
 import pytest
 from conftest import (
     CUDA_SIZE_RULES,
@@ -11,6 +13,9 @@ from conftest import (
 
 from runner.backends.cuda import CUDABackend
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.inspect import command as inspect_cli
+from runner.inspect.program import find_tool
+from runner.inspect.sass import parse_sass
 from runner.run.execute import prepare
 from runner.run.operations import make_problem
 
@@ -115,6 +120,90 @@ def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_c
     assert "setmaxnreg" not in log.lower(), log
     used = prepared.program.resources["matmul_14"]
     assert used.registers is not None and used.spill_bytes == 0, log
+
+
+@pytest.mark.parametrize("stages", [4, 3])
+@pytest.mark.parametrize("bn", [128, 64], ids=["bn128-two-consumers", "bn64-one-consumer"])
+def test_matmul_14_inflight_halves_run_asynchronously_without_spills(compile_only_cuda, bn,
+                                                                     stages):
+    """INFLIGHT=1 leaves one half of the product tile running while the consumer adds the other
+    half and loads the next stage's fragments into a second set: ptxas must neither serialize
+    the wgmma (C7513 for a running set rewritten, C7514 for a running half's accumulators read,
+    as when a half ran across the loop's back edge) nor spill (acc, d and two sets: 192 of the
+    232 registers setmaxnreg gives two consumers), and the register split must hold."""
+    params = {**compose_config("kernel=matmul_14").kernel.params, "INFLIGHT": 1, "BN": bn,
+              "STAGES": stages}
+    _, prepared = _compile(compile_only_cuda, "matmul_14", params)
+    log = prepared.program.log.replace("\0", "")
+    assert "serialized" not in log and "C75" not in log and "wgmma" not in log.lower(), log
+    assert "setmaxnreg" not in log.lower(), log
+    used = prepared.program.resources["matmul_14"]
+    assert used.registers is not None and used.spill_bytes == 0 and used.stack_bytes == 0, log
+
+
+needs_cuda_tools = pytest.mark.skipif(
+    find_tool("nvdisasm", "nvidia-cuda-nvdisasm") is None
+    and find_tool("cuobjdump", "nvidia-cuda-cuobjdump") is None,
+    reason="needs nvdisasm or cuobjdump (pip install -e '.[cuda]')")
+
+
+def _registers(operand):
+    """The registers a SASS operand names: R24, or R7 of [R7+0x400]."""
+    return [int(r) for r in re.findall(r"\bR(\d+)\b", operand)]
+
+
+@needs_cuda_tools
+@pytest.mark.parametrize("bn", [128, 64], ids=["bn128", "bn64"])
+def test_matmul_14_inflight_loop_loads_and_adds_beside_the_running_halves(bn):
+    """In matmul_14's k loop with INFLIGHT=1 (the shortest loop with wgmma), walked in order
+    with the wgmma groups it leaves running (HGMMA ... gsb0 ends a group, WARPGROUP.DEPBAR.LE
+    gsb0, N leaves N running): the next stage's LDS and one half's FADDs run while a group
+    runs, no instruction reads or writes a running group's accumulators, and none writes a
+    running group's fragment registers (the LDS fill the other set). Two passes, the second
+    checked, so that the groups left running at the back edge are known."""
+    cfg = compose_config("backend=cuda", "kernel=matmul_14", "kernel.params.INFLIGHT=1",
+                         f"kernel.params.BN={bn}")
+    sass = inspect_cli.inspect_config(cfg).files["matmul_14.sass"]
+    code = parse_sass(sass)["matmul_14"]
+    loops = [code[next(j for j, x in enumerate(code) if x.address == i.target):k + 1]
+             for k, i in enumerate(code) if i.target is not None and i.target < i.address]
+    loop = min((body for body in loops if any(x.base == "HGMMA" for x in body)), key=len)
+    hgmma = [x for x in loop if x.base == "HGMMA"]
+    assert len(hgmma) == 48 and all(x.opcode.startswith("HGMMA.64x64x8.F32.TF32") for x in hgmma)
+    waits = [x.operands for x in loop if x.opcode.startswith("WARPGROUP.DEPBAR")]
+    assert waits.count("gsb0, 0x1") == 3 and waits.count("gsb0, 0x0") == 1, waits  # a drain a trip
+
+    running, open_group = [], None  # groups: (accumulator registers, fragment registers)
+    beside = {"LDS": 0, "FADD": 0}  # instructions issued while a group runs
+    for walk in range(2):
+        for x in loop:
+            if x.base == "HGMMA":
+                operands = [o.strip() for o in x.operands.split(",")]
+                d, a = _registers(operands[0])[0], _registers(operands[1])[0]
+                if open_group is None:
+                    open_group = (set(range(d, d + 32)), set())
+                open_group[1].update(range(a, a + 4))
+                if "gsb0" in x.operands:
+                    running.append(open_group)
+                    open_group = None
+                continue
+            if x.opcode.startswith("WARPGROUP.DEPBAR"):
+                del running[:max(0, len(running) - int(x.operands.split(",")[1], 16))]
+                continue
+            if walk == 0 or not running:
+                continue
+            operands = [o.strip() for o in x.operands.split(",")]
+            named = {r for o in operands for r in _registers(o)}
+            written = set(_registers(operands[0])) if operands and "[" not in operands[0] else set()
+            if x.opcode.startswith("LDS.64"):
+                written |= {r + 1 for r in written}
+            for accumulators, fragments in running:
+                assert not named & accumulators, f"{x.opcode} {x.operands}: a running accumulator"
+                assert not written & fragments, f"{x.opcode} {x.operands}: a running fragment"
+            if x.base in beside:
+                beside[x.base] += 1
+    assert beside["LDS"] == 16, beside  # both stages' fragment loads
+    assert beside["FADD"] >= 3 * 32, beside  # three of a trip's four halves' adds (and splits)
 
 
 @pytest.mark.parametrize("tile", [None, 0, 1, {"BM": 192, "BN": 192, "SMS": 0}],

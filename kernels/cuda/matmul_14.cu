@@ -48,6 +48,21 @@
 //    FLUSH = 2 (d summed over two stages, half the FADDs) measured no faster and less accurate
 //    (H100: 4096 119.0 TFLOPS against 117.2-118.0, error 3.9e-7 against 2.4e-7; 8192 109.6
 //    against 112.3), so d is added every stage.
+//  - INFLIGHT = 1 (BM = 128, FLUSH = 1; off by default, not yet measured on a GPU): with
+//    INFLIGHT = 0 a consumer's tensor-core work stops while it loads and splits the next
+//    fragments and adds d to acc, and the two consumers, waiting on the same barriers, tend to
+//    do that at the same time, leaving the tensor cores idle. INFLIGHT = 1 computes the
+//    64 x 128 product tile as two halves, each its own group of 12 m64n64k8 wgmma (C rows
+//    64h .. 64h + 63, d[32h ..]: the same registers, so no more of them), and software-pipelines
+//    them over two fragment sets: while stage kt's halves run the consumer loads stage kt + 1's
+//    fragments into the other set; once half 0 is done (wgmma.wait_group 1) it adds it and
+//    issues stage kt + 1's half 0; once half 1 is done it releases stage kt, adds it and issues
+//    stage kt + 1's half 1. So the loads and the FADDs run beside the consumer's own wgmma.
+//    One exception: ptxas (sm_90a) serialises every wgmma (C7514) when an accumulator written
+//    by a wgmma of an earlier loop trip is read after a wait_group other than 0, so a loop trip
+//    takes two stages and ends with nothing running (the second stage's half 1 waited for with
+//    wait_group 0): one short drain every two stages. acc, d and two sets fit the 232
+//    registers without spills (230 at 128 x 128).
 //  - Where it stands (H100, cuBLAS SGEMM in the same run): 4096 119.5-120.7 TFLOPS, 2.30-2.34x
 //    (90% of cuBLAS TF32 / 3); 8192 110.9-113.3, 2.13-2.20x (the SM clock at 1770-1815 MHz
 //    there); 4097x4095x4093 107.9, 2.21x; 1000x1030x999 43.2, 1.30x (72 tiles of 128 x 128 on
@@ -90,6 +105,12 @@
 #ifndef SMS
 #define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
 #endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
+#ifndef INFLIGHT
+#define INFLIGHT 0  // 1: the consumer's product tile in two halves, one half's wgmma running
+#endif              // while the other half's products are added and the next fragments load
+#if INFLIGHT && (BM != 128 || FLUSH != 1)
+#error "INFLIGHT = 1 splits a 128-wide tile into two halves and adds d every stage (FLUSH = 1)"
+#endif
 
 #define WARP 32
 #define WARPGROUP 128
@@ -183,14 +204,21 @@ __device__ __forceinline__ void wgmma_commit() {
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
 
-__device__ __forceinline__ void wgmma_wait_all() {
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {  // until at most N groups are running
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" :: "n"(N) : "memory");
 }
 
 // Ties a register to this point of the program: the compiler may not move its reads or writes
 // across (the wgmma writes d asynchronously; its reads must stay after the wait).
 __device__ __forceinline__ void hold_register(float& x) {
     asm volatile("" : "+f"(x) :: "memory");
+}
+
+// The same for a fragment register (CUTLASS's warpgroup_fence_operand): a running wgmma reads
+// it, so it stays live, unmoved and unreused, up to the wait that retires that wgmma.
+__device__ __forceinline__ void hold_register(unsigned& x) {
+    asm volatile("" : "+r"(x) :: "memory");
 }
 
 // x rounded to TF32 (nearest, ties away from zero), as a tensor core operand.
@@ -225,7 +253,7 @@ __device__ __forceinline__ float4 split_float4(float4& v) {  // v becomes its bi
                        __uint_as_float(l3));
 }
 
-#if BM == 64
+#if BM == 64 || INFLIGHT
 // d (+)= a * B for a 64 x 64 tile: d holds 32 FP32 values a thread, a 4 TF32 values
 // (registers), B by descriptor (shared memory); scale_d 0 overwrites d, 1 adds to it.
 __device__ __forceinline__ void wgmma_n64(float* d, const unsigned* a,
@@ -242,6 +270,8 @@ __device__ __forceinline__ void wgmma_n64(float* d, const unsigned* a,
           "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(scale_d));
 }
+#endif
+#if BM == 64
 #define WGMMA wgmma_n64
 #elif BM == 128
 // d (+)= a * B for a 64 x 128 tile: d holds 64 FP32 values a thread, a 4 TF32 values
@@ -448,15 +478,147 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     float acc[ACC], d[ACC];
 #pragma unroll
     for (int i = 0; i < ACC; i++) d[i] = 0.0f;
-
     int stage = 0;
     unsigned phase = 0;
+
+#if INFLIGHT
+    // B^T's fragments of stage `st` (k rows 8s + t and 8s + t + 4 of step s; 8 rows: 1 KiB),
+    // split into big and small parts.
+    auto load_fragments = [&](unsigned (&big)[STEPS][4], unsigned (&small)[STEPS][4],
+                              const int st) {
+        const unsigned char* b_stage = smem + st * STAGE_BYTES + 2 * A_STAGE_BYTES;
+#pragma unroll
+        for (int s = 0; s < STEPS; s++) {
+            const float2 lo = *reinterpret_cast<const float2*>(b_stage + frag_lo + s * 8 * ROW_BYTES);
+            const float2 hi = *reinterpret_cast<const float2*>(b_stage + frag_hi + s * 8 * ROW_BYTES);
+            split_tf32(lo.x, big[s][0], small[s][0]);  // row g (n), slot t
+            split_tf32(lo.y, big[s][1], small[s][1]);  // row g + 8 (n + 1), slot t
+            split_tf32(hi.x, big[s][2], small[s][2]);  // row g, slot t + 4
+            split_tf32(hi.y, big[s][3], small[s][3]);  // row g + 8, slot t + 4
+        }
+    };
+    auto hold_set = [&](unsigned (&big)[STEPS][4], unsigned (&small)[STEPS][4]) {
+#pragma unroll
+        for (int s = 0; s < STEPS; s++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) {
+                hold_register(big[s][e]);
+                hold_register(small[s][e]);
+            }
+    };
+    // Half h of stage `st`'s products, one wgmma group: C rows 64h .. 64h + 63, which are A's
+    // tile rows from 64h on (8 whole 1024-byte swizzle atoms on, so the swizzle's phase is the
+    // same), into d[32h .. 32h + 31]. wgmma's accumulators repeat one pattern per 8 columns
+    // (PTX ISA, wgmma's D fragments: d[4j + e] and d[4j + 2 + e] hold column 8j + 2t + e of
+    // rows g and g + 8), so m64n64k8's d[4j + i] is C row 64h + 8j + 2t + (i & 1), which
+    // m64n128k8 holds in d[32h + 4j + i]: acc and the stores keep their indices. Small terms
+    // first, the first overwriting d.
+    auto issue_half = [&](unsigned (&big)[STEPS][4], unsigned (&small)[STEPS][4], const int st,
+                          const int h) {
+        const unsigned ah = stages + st * STAGE_BYTES + h * 64 * ROW_BYTES;
+        const unsigned al = ah + A_STAGE_BYTES;
+        float* dh = d + 32 * h;
+#pragma unroll
+        for (int i = 0; i < 32; i++) hold_register(dh[i]);
+        hold_set(big, small);
+        wgmma_fence();
+        wgmma_n64(dh, small[0], matrix_descriptor(ah), 0);
+#pragma unroll
+        for (int s = 1; s < STEPS; s++)
+            wgmma_n64(dh, small[s], matrix_descriptor(ah + s * 32), 1);
+#pragma unroll
+        for (int s = 0; s < STEPS; s++)
+            wgmma_n64(dh, big[s], matrix_descriptor(al + s * 32), 1);
+#pragma unroll
+        for (int s = 0; s < STEPS; s++)
+            wgmma_n64(dh, big[s], matrix_descriptor(ah + s * 32), 1);
+        wgmma_commit();
+    };
+    // After the wait that retired half h: its products into acc (the hold keeps the reads of d
+    // after the wait).
+    auto add_half = [&](const int h) {
+#pragma unroll
+        for (int i = 32 * h; i < 32 * h + 32; i++) {
+            hold_register(d[i]);
+            acc[i] += d[i];
+        }
+    };
+    // This warp is done with stage `st` (both halves' wgmma have been waited for): the producer
+    // may refill it.
+    auto release = [&](const int st) {
+        __syncwarp();
+        if (lane == 0) barrier_arrive(empty + 8 * st);
+    };
+    auto next_stage = [&]() {
+        if (++stage == STAGES) {
+            stage = 0;
+            phase ^= 1;
+        }
+    };
+#endif
     for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
         int block_row, block_col;
         tile_of(tile, block_row, block_col);
 #pragma unroll
         for (int i = 0; i < ACC; i++) acc[i] = 0.0f;
 
+#if INFLIGHT
+        // Two fragment sets: while a stage's halves run, the consumer loads the next stage's
+        // fragments into the other set, and adds one half's products to acc while the other
+        // half (or the next stage's first half) runs. A loop trip takes two stages, a on set 0
+        // and b on set 1, and starts and ends with nothing running: ptxas (sm_90a) serialises
+        // every wgmma (C7514) where an accumulator written by a wgmma of an earlier trip is read
+        // after a wait_group other than 0, so no group may run across the loop's back edge.
+        unsigned big[2][STEPS][4], small[2][STEPS][4];
+        barrier_wait(full + 8 * stage, phase);   // B's bytes have landed
+        barrier_wait(ready + 8 * stage, phase);  // A's tile is split
+        load_fragments(big[0], small[0], stage);
+        int stage_a = stage;                     // the stage set 0 holds
+        next_stage();
+        int kt = 0;                              // stage a's k step
+        while (true) {
+            issue_half(big[0], small[0], stage_a, 0);
+            issue_half(big[0], small[0], stage_a, 1);
+            if (kt + 1 == num_k) {  // a is the tile's last stage
+                wgmma_wait<1>();
+                add_half(0);
+                wgmma_wait<0>();
+                hold_set(big[0], small[0]);
+                release(stage_a);
+                add_half(1);
+                break;
+            }
+            barrier_wait(full + 8 * stage, phase);
+            barrier_wait(ready + 8 * stage, phase);
+            load_fragments(big[1], small[1], stage);
+            const int stage_b = stage;
+            next_stage();
+            wgmma_wait<1>();  // a's half 0 is done
+            add_half(0);
+            issue_half(big[1], small[1], stage_b, 0);
+            wgmma_wait<1>();  // a's half 1 is done: set 0 and stage a are free
+            hold_set(big[0], small[0]);
+            release(stage_a);
+            add_half(1);
+            issue_half(big[1], small[1], stage_b, 1);
+            wgmma_wait<1>();  // b's half 0 is done
+            add_half(0);
+            kt += 2;
+            if (kt < num_k) {  // the next trip's stage a into set 0 (after the adds, which
+                               // ptxas would otherwise move past the wait below)
+                barrier_wait(full + 8 * stage, phase);
+                barrier_wait(ready + 8 * stage, phase);
+                load_fragments(big[0], small[0], stage);
+                stage_a = stage;
+                next_stage();
+            }
+            wgmma_wait<0>();  // b's half 1 is done: set 1 and stage b are free
+            hold_set(big[1], small[1]);
+            release(stage_b);
+            add_half(1);
+            if (kt == num_k) break;
+        }
+#else
         for (int kt = 0; kt < num_k; kt++) {
             barrier_wait(full + 8 * stage, phase);   // B's bytes have landed
             barrier_wait(ready + 8 * stage, phase);  // A's tile is split
@@ -494,7 +656,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
             for (int s = 0; s < STEPS; s++)
                 WGMMA(d, big[s], matrix_descriptor(ah_stage + s * 32), 1);
             wgmma_commit();
-            wgmma_wait_all();
+            wgmma_wait<0>();
             // This warp is done with the stage: the producer may refill it.
             __syncwarp();
             if (lane == 0) barrier_arrive(empty + 8 * stage);
@@ -510,6 +672,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                 }
             }
         }
+#endif
 
         // acc[4j .. 4j+3]: C^T[n][m], C^T[n][m + 1], C^T[n + 1][m], C^T[n + 1][m + 1] with
         // m = 8j + 2t: C rows m and m + 1, columns n and n + 1. (The producer is already
