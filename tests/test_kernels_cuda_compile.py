@@ -108,8 +108,11 @@ def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
     assert used.registers is not None and used.spill_bytes == 0, log
 
 
-@pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6}],
-                         ids=["defaults", "bn64", "bm64", "bm64-6stages"])
+@pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6},
+                                    {"SPLIT_DEPTH": 12}, {"SPLIT_DEPTH": 12, "A_ROUND": 1},
+                                    {"SPLIT_DEPTH": 12, "BM": 64}],
+                         ids=["defaults", "bn64", "bm64", "bm64-6stages", "split-depth-12",
+                              "split-depth-12-a-round", "split-depth-12-bm64"])
 def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_cuda, params):
     """As matmul_12: no serialized wgmma and no spills; and the two-consumer shapes' register
     split (setmaxnreg, which ptxas ignores with a warning where it cannot apply it) is taken."""

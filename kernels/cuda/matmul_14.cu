@@ -108,6 +108,9 @@
 #ifndef INFLIGHT
 #define INFLIGHT 0  // 1: the consumer's product tile in two halves, one half's wgmma running
 #endif              // while the other half's products are added and the next fragments load
+#ifndef SPLIT_DEPTH
+#define SPLIT_DEPTH 1  // float4s of A's tile a splitter thread loads before it stores their parts
+#endif
 #if INFLIGHT && (BM != 128 || FLUSH != 1)
 #error "INFLIGHT = 1 splits a 128-wide tile into two halves and adds d every stage (FLUSH = 1)"
 #endif
@@ -117,6 +120,8 @@
 #define CONSUMERS (BN / 64)                     // consumer warpgroups
 #define THREADS ((CONSUMERS + 1) * WARPGROUP)   // and the producer warpgroup
 #define SPLITTERS (WARPGROUP - WARP)            // the producer warpgroup's warps 1 .. 3
+#define SPLIT_ITEMS (BM * ROW_BYTES / 16)       // float4s of A's tile
+#define SPLIT_ROUNDS ((SPLIT_ITEMS + SPLITTERS - 1) / SPLITTERS)  // a splitter's float4s a stage
 #define ACC (BM / 2)                            // FP32 values of d (and of acc) a consumer thread holds
 #define STEPS (BK / 8)                          // 8-deep wgmma steps per stage
 #define ROW_BYTES 128                           // a tile row: 32 floats, the swizzle's width
@@ -127,9 +132,19 @@
 #define COPY_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)  // what TMA delivers a stage
 #define ALIGN_BYTES 1024                        // the 128-byte swizzle repeats every 8 rows
 // Registers a thread after setmaxnreg (the block's pool is 65536 / THREADS a thread, 168 with
-// two consumer warpgroups): 128 x 40 + 256 x 232 = 64512.
+// two consumer warpgroups): 128 x 40 + 256 x 232 = 64512; a splitter holding a whole stage's
+// float4s (SPLIT_DEPTH 12) needs more, which INFLIGHT 0's consumers (under 168) can spare:
+// 128 x 88 + 256 x 208 = 64512.
+#if SPLIT_DEPTH > 1
+#define PRODUCER_REGS 88
+#define CONSUMER_REGS 208
+#else
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS 232
+#endif
+#if SPLIT_DEPTH > 1 && INFLIGHT
+#error "SPLIT_DEPTH > 1 takes registers from the consumers that INFLIGHT = 1 needs"
+#endif
 
 // A CUtensorMap (cuda.h is a host header): 128 opaque bytes, 64-byte aligned.
 struct __align__(64) TensorMap {
@@ -383,7 +398,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             barrier_init(full + 8 * s, 1);               // the producer's expect_tx
-            barrier_init(ready + 8 * s, SPLITTERS);      // every splitter thread's
+            barrier_init(ready + 8 * s, SPLITTERS / WARP);  // every splitter warp's
             barrier_init(empty + 8 * s, CONSUMERS * 4);  // every consumer warp's
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -431,20 +446,37 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                     float4* a_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES);
                     float4* al_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES
                                                                 + A_STAGE_BYTES);
-#pragma unroll 4
-                    for (int i = splitter; i < A_STAGE_BYTES / 16; i += SPLITTERS) {
-                        float4 v = a_tile[i];
+                    // SPLIT_DEPTH loads, then their parts' stores: the compiler cannot move a
+                    // load of A's tile above a store into AL (the same shared array), so a
+                    // load-split-store loop would pay a shared-memory latency per float4.
+#pragma unroll
+                    for (int r0 = 0; r0 < SPLIT_ROUNDS; r0 += SPLIT_DEPTH) {
+                        float4 v[SPLIT_DEPTH];
+#pragma unroll
+                        for (int r = 0; r < SPLIT_DEPTH; r++) {
+                            const int i = splitter + (r0 + r) * SPLITTERS;
+                            if (r0 + r < SPLIT_ROUNDS && i < SPLIT_ITEMS) v[r] = a_tile[i];
+                        }
+#pragma unroll
+                        for (int r = 0; r < SPLIT_DEPTH; r++) {
+                            const int i = splitter + (r0 + r) * SPLITTERS;
+                            if (r0 + r < SPLIT_ROUNDS && i < SPLIT_ITEMS) {
 #if A_ROUND
-                        const float4 small = split_float4(v);
-                        a_tile[i] = v;
-                        al_tile[i] = small;
+                                const float4 small = split_float4(v[r]);
+                                a_tile[i] = v[r];
+                                al_tile[i] = small;
 #else
-                        al_tile[i] = make_float4(remainder_tf32(v.x), remainder_tf32(v.y),
-                                                 remainder_tf32(v.z), remainder_tf32(v.w));
+                                al_tile[i] = make_float4(remainder_tf32(v[r].x),
+                                                         remainder_tf32(v[r].y),
+                                                         remainder_tf32(v[r].z),
+                                                         remainder_tf32(v[r].w));
 #endif
+                            }
+                        }
                     }
-                    fence_proxy_async();               // for wgmma's reads
-                    barrier_arrive(ready + 8 * stage);
+                    fence_proxy_async();  // this thread's stores, for wgmma's reads
+                    __syncwarp();         // the warp's stores before its one arrival
+                    if (lane == 0) barrier_arrive(ready + 8 * stage);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
