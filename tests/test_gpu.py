@@ -159,10 +159,10 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     ["kernel.params.SMS=0", "kernel.params.GROUP=1", "kernel.params.STAGES=6",
      "kernel.params.BM=64"],
     ["kernel.params.FLUSH=4", "kernel.params.STAGES=3"],
-    ["kernel.params.SPLIT_DEPTH=12"],
-    ["kernel.params.SPLIT_DEPTH=12", "kernel.params.A_ROUND=1", "kernel.params.BM=64"],
+    ["kernel.params.PRODUCER_REGS=88"],
+    ["kernel.params.PRODUCER_REGS=88", "kernel.params.A_ROUND=1", "kernel.params.BM=64"],
 ], ids=["defaults", "bn64", "bm64-2stages", "block-per-tile-rows-6stages", "flush4-3stages",
-        "split-depth-12", "split-depth-12-a-round-bm64"])
+        "producer-88", "producer-88-a-round-bm64"])
 @pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
                                   ["m=1", "n=1", "k=1"], ["m=128", "n=128", "k=32"]],
                          ids=["k-odd", "n-odd", "one", "one-tile"])

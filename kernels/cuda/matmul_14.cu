@@ -108,8 +108,8 @@
 #ifndef INFLIGHT
 #define INFLIGHT 0  // 1: the consumer's product tile in two halves, one half's wgmma running
 #endif              // while the other half's products are added and the next fragments load
-#ifndef SPLIT_DEPTH
-#define SPLIT_DEPTH 1  // float4s of A's tile a splitter thread loads before it stores their parts
+#ifndef PRODUCER_REGS
+#define PRODUCER_REGS 40  // registers of the producer warpgroup's threads after setmaxnreg
 #endif
 #if INFLIGHT && (BM != 128 || FLUSH != 1)
 #error "INFLIGHT = 1 splits a 128-wide tile into two halves and adds d every stage (FLUSH = 1)"
@@ -132,18 +132,18 @@
 #define COPY_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)  // what TMA delivers a stage
 #define ALIGN_BYTES 1024                        // the 128-byte swizzle repeats every 8 rows
 // Registers a thread after setmaxnreg (the block's pool is 65536 / THREADS a thread, 168 with
-// two consumer warpgroups): 128 x 40 + 256 x 232 = 64512; a splitter holding a whole stage's
-// float4s (SPLIT_DEPTH 12) needs more, which INFLIGHT 0's consumers (under 168) can spare:
-// 128 x 88 + 256 x 208 = 64512.
-#if SPLIT_DEPTH > 1
-#define PRODUCER_REGS 88
+// two consumer warpgroups): 128 x 40 + 256 x 232 = 64512, or 128 x 88 + 256 x 208 = 64512. With
+// 88 a splitter holds 10 of its 11 float4s of a stage at once (one shared-memory round trip),
+// with 40 about 4; INFLIGHT 0's consumers need under 168, INFLIGHT 1's 230.
+#if PRODUCER_REGS == 88
 #define CONSUMER_REGS 208
-#else
-#define PRODUCER_REGS 40
+#elif PRODUCER_REGS == 40
 #define CONSUMER_REGS 232
+#else
+#error "PRODUCER_REGS is 40 or 88"
 #endif
-#if SPLIT_DEPTH > 1 && INFLIGHT
-#error "SPLIT_DEPTH > 1 takes registers from the consumers that INFLIGHT = 1 needs"
+#if PRODUCER_REGS > 40 && INFLIGHT
+#error "INFLIGHT = 1's consumers need 232 registers, which leaves the producer warpgroup 40"
 #endif
 
 // A CUtensorMap (cuda.h is a host header): 128 opaque bytes, 64-byte aligned.
@@ -398,7 +398,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             barrier_init(full + 8 * s, 1);               // the producer's expect_tx
-            barrier_init(ready + 8 * s, SPLITTERS / WARP);  // every splitter warp's
+            barrier_init(ready + 8 * s, SPLITTERS);      // every splitter thread's
             barrier_init(empty + 8 * s, CONSUMERS * 4);  // every consumer warp's
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
@@ -446,37 +446,27 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                     float4* a_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES);
                     float4* al_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES
                                                                 + A_STAGE_BYTES);
-                    // SPLIT_DEPTH loads, then their parts' stores: the compiler cannot move a
-                    // load of A's tile above a store into AL (the same shared array), so a
-                    // load-split-store loop would pay a shared-memory latency per float4.
+                    // Unrolled with every guard a constant but the last, partial round's (every
+                    // splitter has a float4 in each of the first SPLIT_ITEMS / SPLITTERS
+                    // rounds): ptxas then sees the loads' and stores' addresses apart and
+                    // issues as many loads ahead as the registers allow.
 #pragma unroll
-                    for (int r0 = 0; r0 < SPLIT_ROUNDS; r0 += SPLIT_DEPTH) {
-                        float4 v[SPLIT_DEPTH];
-#pragma unroll
-                        for (int r = 0; r < SPLIT_DEPTH; r++) {
-                            const int i = splitter + (r0 + r) * SPLITTERS;
-                            if (r0 + r < SPLIT_ROUNDS && i < SPLIT_ITEMS) v[r] = a_tile[i];
-                        }
-#pragma unroll
-                        for (int r = 0; r < SPLIT_DEPTH; r++) {
-                            const int i = splitter + (r0 + r) * SPLITTERS;
-                            if (r0 + r < SPLIT_ROUNDS && i < SPLIT_ITEMS) {
+                    for (int round = 0; round < SPLIT_ROUNDS; round++) {
+                        const int i = splitter + round * SPLITTERS;
+                        if ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS) {
+                            float4 v = a_tile[i];
 #if A_ROUND
-                                const float4 small = split_float4(v[r]);
-                                a_tile[i] = v[r];
-                                al_tile[i] = small;
+                            const float4 small = split_float4(v);
+                            a_tile[i] = v;
+                            al_tile[i] = small;
 #else
-                                al_tile[i] = make_float4(remainder_tf32(v[r].x),
-                                                         remainder_tf32(v[r].y),
-                                                         remainder_tf32(v[r].z),
-                                                         remainder_tf32(v[r].w));
+                            al_tile[i] = make_float4(remainder_tf32(v.x), remainder_tf32(v.y),
+                                                     remainder_tf32(v.z), remainder_tf32(v.w));
 #endif
-                            }
                         }
                     }
-                    fence_proxy_async();  // this thread's stores, for wgmma's reads
-                    __syncwarp();         // the warp's stores before its one arrival
-                    if (lane == 0) barrier_arrive(ready + 8 * stage);
+                    fence_proxy_async();               // for wgmma's reads
+                    barrier_arrive(ready + 8 * stage);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
