@@ -27,28 +27,37 @@
 //    visible to wgmma's async-proxy reads) and arrive on ready[s]; the consumers wait on
 //    ready[s]. The ring is TMA -> full[s] -> splitters -> ready[s] -> consumers -> empty[s] ->
 //    producer. A's bytes cross L2 once; the split costs shared-memory bandwidth, off the
-//    consumers' path.
+//    consumers' path, but its latency is on the ring's: ncu (H100, 4096) found the tensor pipe
+//    busy 77% of the time against matmul_13's 95%, the consumers waiting on ready[s] while the
+//    producer waited on empty[s]. So the splitter loop is unrolled with every guard a constant
+//    but the last round's: ptxas then sees the loads of A's tile and the stores into AL apart
+//    and issues as many loads ahead as the registers allow (about 4 in the producer's 40; a
+//    loop over a count it could not see alternated them, two in flight). H100, one call,
+//    alternated twice, TFLOPS, before / after: 4096 120.4, 120.8 / 127.1, 126.9 (2.46-2.48x
+//    cuBLAS SGEMM); 8192 110.8, 109.9 / 114.0, 115.2. PRODUCER_REGS = 88 (10 loads ahead, the
+//    consumers at 208) measured 123.6 and 123.5 at 4096, 115.4 and 116.3 at 8192, and slower
+//    at the odd shapes, so 40 stays.
 //  - A's big parts (A_ROUND = 0): A's tile as TMA wrote it, which the tensor cores read as TF32
 //    by truncation (its top 19 bits), so the small part is x - trunc(x), exact, rounded to TF32
 //    by cvt.rna; the splitters then write only AL. A_ROUND = 1 rounds the big parts as for B
 //    and writes them over A's tile: one more 16 KiB write a stage, the same error (2.38e-7
 //    against 2.38e-7 at 4096) and 2% slower (H100, same call: 4096 116.5 and 118.1 TFLOPS
-//    against 120.7 and 119.5). Shared memory is the budget here: at the tensor cores' pace the
-//    wgmma descriptor reads alone take about 64 of its 128 bytes a clock, TMA's writes, the B
-//    fragment loads and the split most of the rest (an estimate, not a profile).
+//    against 120.7 and 119.5): more work for the splitters, whose latency is on the ring's
+//    path (above).
 //  - Products: per 8-deep step three wgmma into a product tile d, summed by the tensor cores
 //    over one BK-deep stage (the first wgmma of the stage overwrites d: scale-d 0), then added
 //    to the FP32 accumulators acc with rounding FADDs (the tensor cores' own sums truncate;
 //    matmul_11 explains). Two sets of BM / 2 registers a consumer thread: BM = 128 (the
 //    m64n128k8 wgmma) with two consumer warpgroups (BN = 128), 232 registers each after
-//    setmaxnreg (the producer warpgroup keeps 40: its splitters need more than matmul_13's 24).
+//    setmaxnreg (the producer warpgroup keeps 40, PRODUCER_REGS: its splitters need more than
+//    matmul_13's 24).
 //    BM = 256 would need 256 registers for d and acc alone.
 //  - Each consumer waits for its wgmma every stage (wgmma.wait_group 0, for matmul_13's
 //    reason), releases the stage, then adds d to acc while the other consumer's wgmma run.
 //    FLUSH = 2 (d summed over two stages, half the FADDs) measured no faster and less accurate
 //    (H100: 4096 119.0 TFLOPS against 117.2-118.0, error 3.9e-7 against 2.4e-7; 8192 109.6
 //    against 112.3), so d is added every stage.
-//  - INFLIGHT = 1 (BM = 128, FLUSH = 1; off by default, not yet measured on a GPU): with
+//  - INFLIGHT = 1 (BM = 128, FLUSH = 1; an option, off, measured slower below): with
 //    INFLIGHT = 0 a consumer's tensor-core work stops while it loads and splits the next
 //    fragments and adds d to acc, and the two consumers, waiting on the same barriers, tend to
 //    do that at the same time, leaving the tensor cores idle. INFLIGHT = 1 computes the
@@ -62,12 +71,15 @@
 //    by a wgmma of an earlier loop trip is read after a wait_group other than 0, so a loop trip
 //    takes two stages and ends with nothing running (the second stage's half 1 waited for with
 //    wait_group 0): one short drain every two stages. acc, d and two sets fit the 232
-//    registers without spills (230 at 128 x 128).
-//  - Where it stands (H100, cuBLAS SGEMM in the same run): 4096 119.5-120.7 TFLOPS, 2.30-2.34x
-//    (90% of cuBLAS TF32 / 3); 8192 110.9-113.3, 2.13-2.20x (the SM clock at 1770-1815 MHz
-//    there); 4097x4095x4093 107.9, 2.21x; 1000x1030x999 43.2, 1.30x (72 tiles of 128 x 128 on
-//    132 SMs, faster than the 136 to 272 tiles of smaller shapes); error 0.19-0.36x cuBLAS
-//    SGEMM's. matmul_12: 92.5 (1.78x).
+//    registers without spills (230 at 128 x 128). Correct, and slower (H100, one call,
+//    alternated twice, before the splitter loop above, TFLOPS, INFLIGHT 0 / 1: 4096 117.7,
+//    117.3 / 115.8, 115.9; 8192 111.3, 111.0 / 107.2, 107.9 with the SM clock 75 MHz lower):
+//    the tensor pipe stayed 77% busy, the consumers were not what held it.
+//  - Where it stands (H100, cuBLAS SGEMM in the same run): 4096 123.9-127.1 TFLOPS, 2.38-2.48x;
+//    8192 114.0-116.3, 2.21-2.25x (the SM clock at 1815-1845 MHz there, the power limit);
+//    4097x4095x4093 111.3-113.9, 2.24-2.34x; 1000x1030x999 44.8-46.1, 1.35-1.38x (72 tiles of
+//    128 x 128 on 132 SMs, faster than the 136 to 272 tiles of smaller shapes); error
+//    0.19-0.36x cuBLAS SGEMM's. matmul_12: 92.5 (1.78x).
 // Shared memory: STAGES x (2 BM + BN) rows of 128 bytes (192 KiB at 128 x 128 x 4 stages), 1 KiB
 // to align the stages to the swizzle's 1024 bytes, and the full/ready/empty mbarriers.
 //
