@@ -48,6 +48,17 @@ ACCEPTED_SPILLS = {
 }
 
 
+def _assert_wgmma_async_without_spills(prepared, name) -> None:
+    """ptxas' log says nothing of wgmma (serialized, C75xx warnings) nor of setmaxnreg (which it
+    ignores with a warning where it cannot apply it), and the entry neither spills nor uses a
+    stack."""
+    log = prepared.program.log.replace("\0", "")
+    assert "serialized" not in log and "C75" not in log and "wgmma" not in log.lower(), log
+    assert "setmaxnreg" not in log.lower(), log
+    used = prepared.program.resources[name]
+    assert used.registers is not None and used.spill_bytes == 0 and used.stack_bytes == 0, log
+
+
 @pytest.mark.parametrize("name", KERNEL_NAMES)
 def test_defaults_compile_for_sm_90_without_spills(compile_only_cuda, name):
     cfg = compose_config(f"kernel={name}")
@@ -101,11 +112,8 @@ def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
     fragment registers untouched while they run, and says so in its log; matmul_12 must not
     get that, nor spill."""
     params = {**compose_config("kernel=matmul_12").kernel.params, **params}
-    plan, prepared = _compile(compile_only_cuda, "matmul_12", params)
-    log = prepared.program.log.replace("\0", "")
-    assert "serialized" not in log and "wgmma" not in log.lower(), log
-    used = prepared.program.resources["matmul_12"]
-    assert used.registers is not None and used.spill_bytes == 0, log
+    _, prepared = _compile(compile_only_cuda, "matmul_12", params)
+    _assert_wgmma_async_without_spills(prepared, "matmul_12")
 
 
 @pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6},
@@ -118,11 +126,7 @@ def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_c
     split (setmaxnreg, which ptxas ignores with a warning where it cannot apply it) is taken."""
     params = {**compose_config("kernel=matmul_14").kernel.params, **params}
     _, prepared = _compile(compile_only_cuda, "matmul_14", params)
-    log = prepared.program.log.replace("\0", "")
-    assert "serialized" not in log and "wgmma" not in log.lower(), log
-    assert "setmaxnreg" not in log.lower(), log
-    used = prepared.program.resources["matmul_14"]
-    assert used.registers is not None and used.spill_bytes == 0, log
+    _assert_wgmma_async_without_spills(prepared, "matmul_14")
 
 
 @pytest.mark.parametrize("stages", [4, 3])
@@ -137,11 +141,7 @@ def test_matmul_14_inflight_halves_run_asynchronously_without_spills(compile_onl
     params = {**compose_config("kernel=matmul_14").kernel.params, "INFLIGHT": 1, "BN": bn,
               "STAGES": stages}
     _, prepared = _compile(compile_only_cuda, "matmul_14", params)
-    log = prepared.program.log.replace("\0", "")
-    assert "serialized" not in log and "C75" not in log and "wgmma" not in log.lower(), log
-    assert "setmaxnreg" not in log.lower(), log
-    used = prepared.program.resources["matmul_14"]
-    assert used.registers is not None and used.spill_bytes == 0 and used.stack_bytes == 0, log
+    _assert_wgmma_async_without_spills(prepared, "matmul_14")
 
 
 needs_cuda_tools = pytest.mark.skipif(
@@ -227,8 +227,4 @@ def test_matmul_13_inflight_pipeline_runs_asynchronously_without_spills(compile_
     elif tile is not None:
         params.update(tile)
     _, prepared = _compile(compile_only_cuda, "matmul_13", params)
-    log = prepared.program.log.replace("\0", "")
-    assert "serialized" not in log and "C7513" not in log and "wgmma" not in log.lower(), log
-    assert "setmaxnreg" not in log.lower(), log
-    used = prepared.program.resources["matmul_13"]
-    assert used.registers is not None and used.spill_bytes == 0 and used.stack_bytes == 0, log
+    _assert_wgmma_async_without_spills(prepared, "matmul_13")
