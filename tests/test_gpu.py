@@ -28,9 +28,23 @@ def store(tmp_path_factory):
     return f"sqlite:///{tmp_path_factory.mktemp('gpu') / 'mlflow.db'}"
 
 
-def _recorded(store):
+def _run_recorded(store, name: str, *overrides: str):
+    """Run kernel `name` with the overrides, briefly timed, into the module's store: the config
+    composed and the run MLflow recorded."""
+    cfg = compose_config(f"kernel={name}", *overrides, "timing.repeats=3", "timing.warmup=1",
+                         f"tracking.uri={store}")
+    assert run(cfg) is not None
     mlflow.set_tracking_uri(store)
-    return mlflow.get_run(mlflow.last_active_run().info.run_id)
+    return cfg, mlflow.get_run(mlflow.last_active_run().info.run_id)
+
+
+def _run_verified(store, name: str, *overrides: str, max_rel_error: float | None = None):
+    """`_run_recorded`, the result verified (and within max_rel_error of float64 where given)."""
+    _, recorded = _run_recorded(store, name, *overrides)
+    assert recorded.data.metrics["check/passed"] == 1.0
+    if max_rel_error is not None:
+        assert recorded.data.metrics["check/rel_error"] < max_rel_error
+    return recorded
 
 
 def _size(name: str, odd: bool) -> list[str]:
@@ -45,13 +59,9 @@ def _size(name: str, odd: bool) -> list[str]:
 def test_kernel_verified_on_the_gpu(store, name, backend, odd):
     if "backend=opencl" in backend and "opencl" not in kernel_yaml(name)["sources"]:
         pytest.skip(f"{name} has no OpenCL source (refused: test_bad_input)")
-    cfg = compose_config(f"kernel={name}", *backend, *_size(name, odd), "timing.repeats=3",
-                         "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    recorded = _run_verified(store, name, *backend, *_size(name, odd))
     assert recorded.info.status == "FINISHED"
     metrics = recorded.data.metrics
-    assert metrics["check/passed"] == 1.0
     assert metrics["kernel/registers"] > 0, "registers come from the driver (CUDA) or ptxas (OpenCL)"
     assert metrics["perf/pct_of_vendor"] > 0
     assert recorded.data.tags["device.type"] == "gpu"
@@ -69,10 +79,7 @@ def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, name, backend, size):
     """matmul_11's, matmul_12's and matmul_14's error against float64 is no worse than twice cuBLAS SGEMM's
     on the same data, under the FP32 steps' tolerance (the 3xTF32 claim; its speed is the
     benchmark page's)."""
-    cfg = compose_config(f"kernel={name}", *backend, size, "timing.repeats=3",
-                         "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    cfg, recorded = _run_recorded(store, name, *backend, size)
     metrics, params = recorded.data.metrics, recorded.data.params
     assert params["kernel.precision"] == "tf32x3"
     assert params["check.tolerance"] == str(cfg.check.tolerance)  # the FP32 default
@@ -90,12 +97,8 @@ def test_3xtf32_is_as_accurate_as_cublas_sgemm(store, name, backend, size):
 def test_3xtf32_with_longer_product_chunks_is_correct_and_accurate(store, backend, chunk, size):
     """KCHUNK > 1 (64x32 warp tiles, which have room for the live product tiles): verified,
     including the last partial chunk of an odd K, and as accurate as cuBLAS SGEMM."""
-    cfg = compose_config("kernel=matmul_11", *backend, *size, "kernel.params.WN=32", *chunk,
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    recorded = _run_verified(store, "matmul_11", *backend, *size, "kernel.params.WN=32", *chunk)
     metrics = recorded.data.metrics
-    assert metrics["check/passed"] == 1.0
     assert recorded.data.params["kernel.params.KCHUNK"] == chunk[0].split("=")[1]
     assert metrics["check/error_vs_vendor"] <= 2.0, (metrics["check/rel_error"],
                                                      metrics["vendor/rel_error"])
@@ -112,13 +115,9 @@ def test_split_k_sums_its_slices_exactly_once(store, name, backend, split, size)
     (the last slice meets K's edge), at a K shorter than SPLIT_K tiles (slices past K store
     zeros that must not be skipped: P is poisoned), one element and 1024 (the size rule's
     case); matmul_11 as accurate as cuBLAS SGEMM, matmul_10 within its TF32 tolerance."""
-    cfg = compose_config(f"kernel={name}", *backend, *size, f"kernel.params.SPLIT_K={split}",
-                         "kernel.size_rules=[]",  # the split rules would set SPLIT_K here
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    recorded = _run_verified(store, name, *backend, *size, f"kernel.params.SPLIT_K={split}",
+                             "kernel.size_rules=[]")  # the split rules would set SPLIT_K here
     metrics = recorded.data.metrics
-    assert metrics["check/passed"] == 1.0
     assert recorded.data.params["kernel.params.SPLIT_K"] == str(split)
     assert metrics["postpass/sum_slices/registers"] > 0
     if name == "matmul_10":  # TF32 inputs: its own tolerance (check/passed) is the bound
@@ -144,12 +143,7 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     """wgmma's layouts (swizzled shared tiles, permuted k, fragment and accumulator order) and
     every edge: K % 4 != 0 (A copied element by element), N odd (scalar stores), one element,
     exactly one tile; verified against float64 and as accurate as cuBLAS SGEMM."""
-    cfg = compose_config("kernel=matmul_12", "backend=cuda", *size, *params, "timing.repeats=3",
-                         "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    metrics = _recorded(store).data.metrics
-    assert metrics["check/passed"] == 1.0
-    assert metrics["check/rel_error"] < 1e-6
+    _run_verified(store, "matmul_12", "backend=cuda", *size, *params, max_rel_error=1e-6)
 
 
 @pytest.mark.parametrize("params", [
@@ -172,12 +166,7 @@ def test_matmul_14_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     A's two parts; d summed over FLUSH stages, the last chunk partial) at every tiling and
     edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd (scalar stores), one element,
     exactly one tile and one stage; verified against float64."""
-    cfg = compose_config("kernel=matmul_14", "backend=cuda", *size, *params, "timing.repeats=3",
-                         "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    metrics = _recorded(store).data.metrics
-    assert metrics["check/passed"] == 1.0
-    assert metrics["check/rel_error"] < 1e-6
+    _run_verified(store, "matmul_14", "backend=cuda", *size, *params, max_rel_error=1e-6)
 
 
 @pytest.mark.parametrize("params", [
@@ -195,12 +184,9 @@ def test_matmul_13_inflight_any_shape_and_tiling_is_correct(store, params, size)
     into the other register set, the stage released a stage later) at each tile shape: an odd
     number of stages a tile (11: the pair loop leaves after its first half), one stage, and
     blocks looping over several tiles (barrier phases carried across tiles); verified."""
-    cfg = compose_config("kernel=matmul_13", "backend=cuda", "kernel.params.INFLIGHT=1", *size,
-                         *params, "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    recorded = _run_verified(store, "matmul_13", "backend=cuda", "kernel.params.INFLIGHT=1",
+                             *size, *params)
     assert recorded.data.params["kernel.params.INFLIGHT"] == "1"
-    assert recorded.data.metrics["check/passed"] == 1.0
 
 
 @pytest.mark.parametrize("params", [
@@ -224,13 +210,9 @@ def test_matmul_14_inflight_any_shape_and_tiling_is_correct_and_accurate(store, 
     tile (the trip's second stage absent: 1, 3, 11), several tiles a block (barrier phases and
     the fragment sets carried across tiles); verified against float64, as accurate as
     INFLIGHT=0."""
-    cfg = compose_config("kernel=matmul_14", "backend=cuda", "kernel.params.INFLIGHT=1", *size,
-                         *params, "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    recorded = _run_verified(store, "matmul_14", "backend=cuda", "kernel.params.INFLIGHT=1",
+                             *size, *params, max_rel_error=1e-6)
     assert recorded.data.params["kernel.params.INFLIGHT"] == "1"
-    assert recorded.data.metrics["check/passed"] == 1.0
-    assert recorded.data.metrics["check/rel_error"] < 1e-6
 
 
 @pytest.mark.parametrize("stages", [2, 3, 4])
@@ -242,13 +224,9 @@ def test_matmul_9_cp_async_ring_of_any_depth_is_correct(store, backend, size, st
     """matmul_9's cp.async ring (CUDA, and OpenCL on NVIDIA sm_80+ through inline PTX) at every
     depth: fewer tiles than stages, a ragged last tile (K % BK != 0), N % 4 != 0 (4-byte copies);
     the local memory it holds shows the ring is STAGES deep (OpenCL's register path holds 2)."""
-    cfg = compose_config("kernel=matmul_9", *backend, *size, f"kernel.params.STAGES={stages}",
-                         "kernel.params.BK=8",  # 4 stages of 128x128x16 would not fit 48 KiB
-                         "kernel.size_rules=[]",  # the rules would set STAGES at 4096 (OpenCL)
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
-    assert recorded.data.metrics["check/passed"] == 1.0
+    recorded = _run_verified(store, "matmul_9", *backend, *size, f"kernel.params.STAGES={stages}",
+                             "kernel.params.BK=8",  # 4 stages of 128x128x16 would not fit 48 KiB
+                             "kernel.size_rules=[]")  # the rules would set STAGES at 4096 (OpenCL)
     tile = {k: int(recorded.data.params[f"kernel.params.{k}"]) for k in ("BM", "BN", "BK")}
     ring_bytes = stages * tile["BK"] * (tile["BM"] + tile["BN"]) * 4
     held = recorded.data.metrics["kernel/shared_bytes"]
@@ -263,13 +241,9 @@ def test_matmul_9_steady_and_guarded_iterations_meet_correctly(store, backend, k
     iterations and the guarded copy the rest: none (K = 16 is 2 tiles of 8 with 3 stages), one
     steady iteration before the tail with and without a ragged tile (24, 25), several (64); with
     N % 4 != 0 and PAD_B = 0, B's 4-byte copies keep every iteration in the guarded copy."""
-    cfg = compose_config("kernel=matmul_9", *backend, "m=130", "n=67", f"k={k}",
-                         "kernel.params.BK=8", "kernel.params.STAGES=3",
-                         f"kernel.params.PAD_B={pad_b}", "kernel.size_rules=[]",
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    metrics = _recorded(store).data.metrics
-    assert metrics["check/passed"] == 1.0 and metrics["check/rel_error"] < 5e-6
+    _run_verified(store, "matmul_9", *backend, "m=130", "n=67", f"k={k}", "kernel.params.BK=8",
+                  "kernel.params.STAGES=3", f"kernel.params.PAD_B={pad_b}",
+                  "kernel.size_rules=[]", max_rel_error=5e-6)
 
 
 @pytest.mark.parametrize("k_unroll", [16, 4])
@@ -290,14 +264,10 @@ def test_matmul_9_with_and_without_the_a_pre_pass_is_correct(store, backend, siz
     stage) through the cp.async ring, the steps of a tile unrolled whole or in 4-step chunks,
     with ragged tile rows, a ragged K and N % 4 != 0; in place and with B aligned, the kernel is
     the only launch."""
-    cfg = compose_config("kernel=matmul_9", *backend, *size, *tiling,
-                         f"kernel.params.A_PREPASS={a_prepass}",
-                         f"kernel.params.K_UNROLL={k_unroll}", "kernel.size_rules=[]",
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
-    assert recorded.data.metrics["check/passed"] == 1.0
-    assert recorded.data.metrics["check/rel_error"] < 5e-6
+    recorded = _run_verified(store, "matmul_9", *backend, *size, *tiling,
+                             f"kernel.params.A_PREPASS={a_prepass}",
+                             f"kernel.params.K_UNROLL={k_unroll}", "kernel.size_rules=[]",
+                             max_rel_error=5e-6)
     b_aligned = size[1] == "n=1536"
     expected = "matmul_9" if not a_prepass and b_aligned else "prepare_operands + matmul_9"
     assert recorded.data.tags["timing.launches"] == expected
@@ -314,11 +284,8 @@ def test_transpose_5_ragged_float4_interior_is_bit_exact(store, backend, shape, 
     8-row halo (M odd) and without it (M % 8 == 0), at several tile shapes."""
     m, n = shape
     tile, stride = tiling
-    cfg = compose_config("kernel=transpose_5", *backend, f"m={m}", f"n={n}",
-                         f"kernel.params.TILE={tile}", f"kernel.params.STRIDE={stride}",
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    assert _recorded(store).data.metrics["check/passed"] == 1.0
+    _run_verified(store, "transpose_5", *backend, f"m={m}", f"n={n}",
+                  f"kernel.params.TILE={tile}", f"kernel.params.STRIDE={stride}")
 
 
 @pytest.mark.parametrize("shape", [(8191, 8193), (1000, 1030), (203, 261)],
@@ -328,20 +295,13 @@ def test_transpose_5_ragged_path_under_its_register_cap_is_bit_exact(store, shap
     """On the ragged path the size rules add a register cap of 255 in CUDA, which makes ptxas
     build another program (144 registers instead of 56 at 64x8): that program, as runs take it."""
     m, n = shape
-    cfg = compose_config("kernel=transpose_5", "backend=cuda", f"m={m}", f"n={n}",
-                         "timing.repeats=3", "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    recorded = _run_verified(store, "transpose_5", "backend=cuda", f"m={m}", f"n={n}")
     assert recorded.data.params["kernel.max_registers"] == "255"
-    assert recorded.data.metrics["check/passed"] == 1.0
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_tf32_is_recorded_as_reduced_precision_and_compared_with_cublas_tf32(store, backend):
-    cfg = compose_config("kernel=matmul_10", *backend, "size=4096", "timing.repeats=3",
-                         "timing.warmup=1", f"tracking.uri={store}")
-    assert run(cfg) is not None
-    recorded = _recorded(store)
+    cfg, recorded = _run_recorded(store, "matmul_10", *backend, "size=4096")
     metrics, params = recorded.data.metrics, recorded.data.params
     assert params["kernel.precision"] == "tf32"
     assert float(params["check.tolerance"]) == cfg.kernel.tolerance
