@@ -33,17 +33,20 @@ def _sanitize(tool: str, name: str, *extra: str, overrides: tuple[str, ...] = ()
         env=env, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-@pytest.mark.parametrize("name", KERNEL_NAMES)
-def test_compute_sanitizer_finds_nothing(name, tool):
-    done = _sanitize(tool, name)
+def _assert_clean(done: subprocess.CompletedProcess, tool: str) -> None:
+    """The run passed verification and the tool found nothing: memcheck and synccheck end with
+    "ERROR SUMMARY", racecheck with its own summary line."""
     report = done.stdout + done.stderr
-    assert done.returncode == 0, report[-4000:]
-    assert "passed=True" in done.stdout
-    # memcheck and synccheck end with "ERROR SUMMARY", racecheck with its own summary line.
+    assert done.returncode == 0 and "passed=True" in done.stdout, report[-4000:]
     clean = ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
              if tool == "racecheck" else "ERROR SUMMARY: 0 errors")
     assert clean in report, report[-4000:]
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("name", KERNEL_NAMES)
+def test_compute_sanitizer_finds_nothing(name, tool):
+    _assert_clean(_sanitize(tool, name), tool)
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -51,12 +54,7 @@ def test_compute_sanitizer_finds_nothing(name, tool):
 def test_compute_sanitizer_finds_nothing_in_size_rule_shapes(name, index, tool):
     """The tile shapes size rules choose (matmul_9's 128x32 and 64x64, matmul_12's 128x64, ...)
     are what runs at those sizes compile: the same checks as the defaults."""
-    done = _sanitize(tool, name, overrides=tuple(CUDA_SIZE_RULES[name, index]))
-    report = done.stdout + done.stderr
-    assert done.returncode == 0 and "passed=True" in done.stdout, report[-4000:]
-    clean = ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
-             if tool == "racecheck" else "ERROR SUMMARY: 0 errors")
-    assert clean in report, report[-4000:]
+    _assert_clean(_sanitize(tool, name, overrides=tuple(CUDA_SIZE_RULES[name, index])), tool)
 
 
 @pytest.mark.parametrize("tool", TOOLS)
@@ -68,12 +66,19 @@ def test_compute_sanitizer_finds_nothing_in_matmul_9_variants(overrides, tool):
     """matmul_9 with A transposed by its pre-pass and with A read in place (the transposing,
     swizzled 4-byte copies), whichever is not the default included; and with the steps of a
     tile in a loop of 4-step chunks, where the barrier sits in the last trip's branch."""
-    done = _sanitize(tool, "matmul_9", overrides=overrides)
-    report = done.stdout + done.stderr
-    assert done.returncode == 0 and "passed=True" in done.stdout, report[-4000:]
-    clean = ("RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
-             if tool == "racecheck" else "ERROR SUMMARY: 0 errors")
-    assert clean in report, report[-4000:]
+    _assert_clean(_sanitize(tool, "matmul_9", overrides=overrides), tool)
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+@pytest.mark.parametrize("overrides", [("kernel.params.STAGES=6", "kernel.params.AL_STAGES=2"),
+                                       ("kernel.params.STAGES=5", "kernel.params.AL_STAGES=1",
+                                        "kernel.params.A_ROUND=1")],
+                         ids=["6-stages-2-al", "5-stages-1-al-a-round"])
+def test_compute_sanitizer_finds_nothing_in_matmul_14_al_rings(overrides, tool):
+    """matmul_14 with a ring of AL buffers shorter than the TMA ring (the splitters wait for a
+    buffer the consumers have freed, on barriers of their own), over 11 stages a tile so both
+    rings wrap several times; with A_ROUND=1 the splitters also write A's tile in place."""
+    _assert_clean(_sanitize(tool, "matmul_14", overrides=overrides, size="300x270x333"), tool)
 
 
 def test_racecheck_reports_a_dropped_barrier(tmp_path):
