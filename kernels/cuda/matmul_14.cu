@@ -144,6 +144,9 @@
 #define SPLITTERS (WARPGROUP - WARP)            // the producer warpgroup's warps 1 .. 3
 #define SPLIT_ITEMS (BM * ROW_BYTES / 16)       // float4s of A's tile
 #define SPLIT_ROUNDS ((SPLIT_ITEMS + SPLITTERS - 1) / SPLITTERS)  // a splitter's float4s a stage
+#ifndef SPLIT_AHEAD
+#define SPLIT_AHEAD (PRODUCER_REGS == 88 ? 11 : 4)  // float4s a splitter loads before it stores
+#endif
 #define ACC (BM / 2)                            // FP32 values of d (and of acc) a consumer thread holds
 #define STEPS (BK / 8)                          // 8-deep wgmma steps per stage
 #define ROW_BYTES 128                           // a tile row: 32 floats, the swizzle's width
@@ -476,23 +479,39 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                     float4* a_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES);
                     float4* al_tile = reinterpret_cast<float4*>(smem + STAGES * STAGE_BYTES
                                                                 + al * A_STAGE_BYTES);
-                    // Unrolled with every guard a constant but the last, partial round's (every
-                    // splitter has a float4 in each of the first SPLIT_ITEMS / SPLITTERS
-                    // rounds): ptxas then sees the loads' and stores' addresses apart and
-                    // issues as many loads ahead as the registers allow.
+                    // SPLIT_AHEAD rounds' float4s are loaded before any of them is stored:
+                    // ptxas cannot tell A's tile and the AL buffer apart (their distance is
+                    // not a constant), so it keeps every load after the store before it and,
+                    // left to the plain round loop, had one load in flight (11% slower at
+                    // 4096). Unrolled with every guard a constant but the last, partial
+                    // round's (every splitter has a float4 in each of the first
+                    // SPLIT_ITEMS / SPLITTERS rounds).
 #pragma unroll
-                    for (int round = 0; round < SPLIT_ROUNDS; round++) {
-                        const int i = splitter + round * SPLITTERS;
-                        if ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS) {
-                            float4 v = a_tile[i];
+                    for (int first = 0; first < SPLIT_ROUNDS; first += SPLIT_AHEAD) {
+                        float4 v[SPLIT_AHEAD];
+#pragma unroll
+                        for (int r = 0; r < SPLIT_AHEAD; r++) {
+                            const int round = first + r, i = splitter + round * SPLITTERS;
+                            if (round < SPLIT_ROUNDS
+                                && ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS))
+                                v[r] = a_tile[i];
+                        }
+#pragma unroll
+                        for (int r = 0; r < SPLIT_AHEAD; r++) {
+                            const int round = first + r, i = splitter + round * SPLITTERS;
+                            if (round < SPLIT_ROUNDS
+                                && ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS)) {
 #if A_ROUND
-                            const float4 small = split_float4(v);
-                            a_tile[i] = v;
-                            al_tile[i] = small;
+                                const float4 small = split_float4(v[r]);
+                                a_tile[i] = v[r];
+                                al_tile[i] = small;
 #else
-                            al_tile[i] = make_float4(remainder_tf32(v.x), remainder_tf32(v.y),
-                                                     remainder_tf32(v.z), remainder_tf32(v.w));
+                                al_tile[i] = make_float4(remainder_tf32(v[r].x),
+                                                         remainder_tf32(v[r].y),
+                                                         remainder_tf32(v[r].z),
+                                                         remainder_tf32(v[r].w));
 #endif
+                            }
                         }
                     }
                     fence_proxy_async();               // for wgmma's reads
