@@ -118,12 +118,9 @@ def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
 
 @pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6},
                                     {"PRODUCER_REGS": 88}, {"PRODUCER_REGS": 88, "A_ROUND": 1},
-                                    {"PRODUCER_REGS": 88, "BM": 64},
-                                    {"STAGES": 6, "AL_STAGES": 2}, {"STAGES": 5, "AL_STAGES": 3},
-                                    {"STAGES": 5, "AL_STAGES": 1, "A_ROUND": 1}],
+                                    {"PRODUCER_REGS": 88, "BM": 64}],
                          ids=["defaults", "bn64", "bm64", "bm64-6stages", "producer-88",
-                              "producer-88-a-round", "producer-88-bm64", "6stages-al2",
-                              "5stages-al3", "5stages-al1-a-round"])
+                              "producer-88-a-round", "producer-88-bm64"])
 def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_cuda, params):
     """As matmul_12: no serialized wgmma and no spills; and the two-consumer shapes' register
     split (setmaxnreg, which ptxas ignores with a warning where it cannot apply it) is taken."""

@@ -69,18 +69,6 @@ def test_compute_sanitizer_finds_nothing_in_matmul_9_variants(overrides, tool):
     _assert_clean(_sanitize(tool, "matmul_9", overrides=overrides), tool)
 
 
-@pytest.mark.parametrize("tool", TOOLS)
-@pytest.mark.parametrize("overrides", [("kernel.params.STAGES=6", "kernel.params.AL_STAGES=2"),
-                                       ("kernel.params.STAGES=5", "kernel.params.AL_STAGES=1",
-                                        "kernel.params.A_ROUND=1")],
-                         ids=["6-stages-2-al", "5-stages-1-al-a-round"])
-def test_compute_sanitizer_finds_nothing_in_matmul_14_al_rings(overrides, tool):
-    """matmul_14 with a ring of AL buffers shorter than the TMA ring (the splitters wait for a
-    buffer the consumers have freed, on barriers of their own), over 11 stages a tile so both
-    rings wrap several times; with A_ROUND=1 the splitters also write A's tile in place."""
-    _assert_clean(_sanitize(tool, "matmul_14", overrides=overrides, size="300x270x333"), tool)
-
-
 def test_racecheck_reports_a_dropped_barrier(tmp_path):
     """matmul_2 without its second barrier: the next tile overwrites one still being read."""
     done = _sanitize("racecheck", "matmul_2", "--drop-barrier", "1",

@@ -103,10 +103,7 @@
 #define BK 32     // depth of a stage: one 128-byte swizzle row of floats
 #endif
 #ifndef STAGES
-#define STAGES 4  // shared-memory stages in the TMA ring (A's and B's tiles)
-#endif
-#ifndef AL_STAGES
-#define AL_STAGES 0  // buffers of A's small parts, a ring of its own (0: STAGES of them)
+#define STAGES 4  // shared-memory stages in the TMA ring
 #endif
 #ifndef GROUP
 #define GROUP 8   // tile rows per group of the block order (1 = row by row), for L2 reuse
@@ -129,13 +126,6 @@
 #if INFLIGHT && (BM != 128 || FLUSH != 1)
 #error "INFLIGHT = 1 splits a 128-wide tile into two halves and adds d every stage (FLUSH = 1)"
 #endif
-#if AL_STAGES > STAGES || AL_STAGES < 0
-#error "AL_STAGES is 0 .. STAGES: a buffer of small parts is filled from a landed TMA stage"
-#endif
-#define AL_BUFFERS (AL_STAGES ? AL_STAGES : STAGES)
-#if INFLIGHT && AL_BUFFERS != STAGES
-#error "INFLIGHT = 1 takes a stage's small parts from the AL buffer of the same index"
-#endif
 
 #define WARP 32
 #define WARPGROUP 128
@@ -144,16 +134,14 @@
 #define SPLITTERS (WARPGROUP - WARP)            // the producer warpgroup's warps 1 .. 3
 #define SPLIT_ITEMS (BM * ROW_BYTES / 16)       // float4s of A's tile
 #define SPLIT_ROUNDS ((SPLIT_ITEMS + SPLITTERS - 1) / SPLITTERS)  // a splitter's float4s a stage
-#ifndef SPLIT_AHEAD
-#define SPLIT_AHEAD (PRODUCER_REGS == 88 ? 11 : 4)  // float4s a splitter loads before it stores
-#endif
 #define ACC (BM / 2)                            // FP32 values of d (and of acc) a consumer thread holds
 #define STEPS (BK / 8)                          // 8-deep wgmma steps per stage
 #define ROW_BYTES 128                           // a tile row: 32 floats, the swizzle's width
 #define BOX_BYTES (32 * ROW_BYTES)              // a B box: 32 k x 32 n
 #define A_STAGE_BYTES (BM * ROW_BYTES)          // A's tile (its big parts after the split), and AL
 #define B_STAGE_BYTES (BN * ROW_BYTES)          // BN / 32 boxes
-#define STAGE_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)  // a TMA stage: what TMA delivers
+#define STAGE_BYTES (2 * A_STAGE_BYTES + B_STAGE_BYTES)
+#define COPY_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)  // what TMA delivers a stage
 #define ALIGN_BYTES 1024                        // the 128-byte swizzle repeats every 8 rows
 // Registers a thread after setmaxnreg (the block's pool is 65536 / THREADS a thread, 168 with
 // two consumer warpgroups): 128 x 40 + 256 x 232 = 64512, or 128 x 88 + 256 x 208 = 64512. With
@@ -409,27 +397,21 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
         block_col = tile_n * BN;  // n
     };
 
-    // The TMA stages start on a 1024-byte boundary (the launch asks for 1 KiB more than they
-    // need), each A's tile (its big parts once split) and B's tile; the AL buffers (A's small
-    // parts) follow them, then the barriers: full[STAGES] and empty[STAGES] for the TMA ring,
-    // ready[AL_BUFFERS] and al_free[AL_BUFFERS] for the AL ring.
+    // The stages start on a 1024-byte boundary (the launch asks for 1 KiB more than they
+    // need); the barriers follow them: full[STAGES], ready[STAGES], empty[STAGES]. A stage
+    // holds A's tile (its big parts once split), AL (the small parts) and B's tile.
     const unsigned raw = shared_address(smem_raw);
     const unsigned stages = (raw + ALIGN_BYTES - 1) & ~(unsigned)(ALIGN_BYTES - 1);
-    const unsigned al_buffers = stages + STAGES * STAGE_BYTES;
-    const unsigned full = al_buffers + AL_BUFFERS * A_STAGE_BYTES;
-    const unsigned empty = full + STAGES * 8;
-    const unsigned ready = empty + STAGES * 8;
-    const unsigned al_free = ready + AL_BUFFERS * 8;
+    const unsigned full = stages + STAGES * STAGE_BYTES;
+    const unsigned ready = full + STAGES * 8;
+    const unsigned empty = ready + STAGES * 8;
     unsigned char* smem = smem_raw + (stages - raw);
 
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
             barrier_init(full + 8 * s, 1);               // the producer's expect_tx
+            barrier_init(ready + 8 * s, SPLITTERS);      // every splitter thread's
             barrier_init(empty + 8 * s, CONSUMERS * 4);  // every consumer warp's
-        }
-        for (int a = 0; a < AL_BUFFERS; a++) {
-            barrier_init(ready + 8 * a, SPLITTERS);        // every splitter thread's
-            barrier_init(al_free + 8 * a, CONSUMERS * 4);  // every consumer warp's
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
@@ -454,8 +436,8 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                         barrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers are done
                         const unsigned bar = full + 8 * stage;
                         const unsigned a_dst = stages + stage * STAGE_BYTES;
-                        const unsigned b_dst = a_dst + A_STAGE_BYTES;
-                        barrier_expect_bytes(bar, STAGE_BYTES);
+                        const unsigned b_dst = a_dst + 2 * A_STAGE_BYTES;
+                        barrier_expect_bytes(bar, COPY_BYTES);
                         tma_load(a_dst, &a_map, kt * BK, block_row, bar);  // BM rows of 32 k
 #pragma unroll
                         for (int box = 0; box < BN / 32; box++)           // 32 k rows of 32 n
@@ -470,59 +452,36 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
             }
         } else {  // the splitters: A's tile into its big (in place) and small (AL) parts
             const int splitter = threadIdx.x - WARP;  // 0 .. SPLITTERS - 1
-            int al = 0;  // the AL buffer, and its ring's phase
-            unsigned al_phase = 0;
             for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
                 for (int kt = 0; kt < num_k; kt++) {
-                    barrier_wait(full + 8 * stage, phase);     // A's tile (and B's) have landed
-                    barrier_wait(al_free + 8 * al, al_phase ^ 1);  // the consumers are done with AL
+                    barrier_wait(full + 8 * stage, phase);  // A's tile (and B's) have landed
                     float4* a_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES);
-                    float4* al_tile = reinterpret_cast<float4*>(smem + STAGES * STAGE_BYTES
-                                                                + al * A_STAGE_BYTES);
-                    // SPLIT_AHEAD rounds' float4s are loaded before any of them is stored:
-                    // ptxas cannot tell A's tile and the AL buffer apart (their distance is
-                    // not a constant), so it keeps every load after the store before it and,
-                    // left to the plain round loop, had one load in flight (11% slower at
-                    // 4096). Unrolled with every guard a constant but the last, partial
-                    // round's (every splitter has a float4 in each of the first
-                    // SPLIT_ITEMS / SPLITTERS rounds).
+                    float4* al_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES
+                                                                + A_STAGE_BYTES);
+                    // Unrolled with every guard a constant but the last, partial round's (every
+                    // splitter has a float4 in each of the first SPLIT_ITEMS / SPLITTERS
+                    // rounds): ptxas then sees the loads' and stores' addresses apart and
+                    // issues as many loads ahead as the registers allow.
 #pragma unroll
-                    for (int first = 0; first < SPLIT_ROUNDS; first += SPLIT_AHEAD) {
-                        float4 v[SPLIT_AHEAD];
-#pragma unroll
-                        for (int r = 0; r < SPLIT_AHEAD; r++) {
-                            const int round = first + r, i = splitter + round * SPLITTERS;
-                            if (round < SPLIT_ROUNDS
-                                && ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS))
-                                v[r] = a_tile[i];
-                        }
-#pragma unroll
-                        for (int r = 0; r < SPLIT_AHEAD; r++) {
-                            const int round = first + r, i = splitter + round * SPLITTERS;
-                            if (round < SPLIT_ROUNDS
-                                && ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS)) {
+                    for (int round = 0; round < SPLIT_ROUNDS; round++) {
+                        const int i = splitter + round * SPLITTERS;
+                        if ((round + 1) * SPLITTERS <= SPLIT_ITEMS || i < SPLIT_ITEMS) {
+                            float4 v = a_tile[i];
 #if A_ROUND
-                                const float4 small = split_float4(v[r]);
-                                a_tile[i] = v[r];
-                                al_tile[i] = small;
+                            const float4 small = split_float4(v);
+                            a_tile[i] = v;
+                            al_tile[i] = small;
 #else
-                                al_tile[i] = make_float4(remainder_tf32(v[r].x),
-                                                         remainder_tf32(v[r].y),
-                                                         remainder_tf32(v[r].z),
-                                                         remainder_tf32(v[r].w));
+                            al_tile[i] = make_float4(remainder_tf32(v.x), remainder_tf32(v.y),
+                                                     remainder_tf32(v.z), remainder_tf32(v.w));
 #endif
-                            }
                         }
                     }
                     fence_proxy_async();               // for wgmma's reads
-                    barrier_arrive(ready + 8 * al);
+                    barrier_arrive(ready + 8 * stage);
                     if (++stage == STAGES) {
                         stage = 0;
                         phase ^= 1;
-                    }
-                    if (++al == AL_BUFFERS) {
-                        al = 0;
-                        al_phase ^= 1;
                     }
                 }
             }
@@ -555,17 +514,13 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     for (int i = 0; i < ACC; i++) d[i] = 0.0f;
     int stage = 0;
     unsigned phase = 0;
-#if !INFLIGHT
-    int al = 0;  // the AL buffer of this stage's small parts, and its ring's phase
-    unsigned al_phase = 0;
-#endif
 
 #if INFLIGHT
     // B^T's fragments of stage `st` (k rows 8s + t and 8s + t + 4 of step s; 8 rows: 1 KiB),
     // split into big and small parts.
     auto load_fragments = [&](unsigned (&big)[STEPS][4], unsigned (&small)[STEPS][4],
                               const int st) {
-        const unsigned char* b_stage = smem + st * STAGE_BYTES + A_STAGE_BYTES;
+        const unsigned char* b_stage = smem + st * STAGE_BYTES + 2 * A_STAGE_BYTES;
 #pragma unroll
         for (int s = 0; s < STEPS; s++) {
             const float2 lo = *reinterpret_cast<const float2*>(b_stage + frag_lo + s * 8 * ROW_BYTES);
@@ -591,12 +546,11 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     // (PTX ISA, wgmma's D fragments: d[4j + e] and d[4j + 2 + e] hold column 8j + 2t + e of
     // rows g and g + 8), so m64n64k8's d[4j + i] is C row 64h + 8j + 2t + (i & 1), which
     // m64n128k8 holds in d[32h + 4j + i]: acc and the stores keep their indices. Small terms
-    // first, the first overwriting d. (INFLIGHT = 1 has as many AL buffers as stages, so stage
-    // st's small parts are in buffer st.)
+    // first, the first overwriting d.
     auto issue_half = [&](unsigned (&big)[STEPS][4], unsigned (&small)[STEPS][4], const int st,
                           const int h) {
         const unsigned ah = stages + st * STAGE_BYTES + h * 64 * ROW_BYTES;
-        const unsigned al = al_buffers + st * A_STAGE_BYTES + h * 64 * ROW_BYTES;
+        const unsigned al = ah + A_STAGE_BYTES;
         float* dh = d + 32 * h;
 #pragma unroll
         for (int i = 0; i < 32; i++) hold_register(dh[i]);
@@ -623,14 +577,11 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
             acc[i] += d[i];
         }
     };
-    // This warp is done with stage `st` and its AL buffer (both halves' wgmma have been waited
-    // for): the producer and the splitters may refill them.
+    // This warp is done with stage `st` (both halves' wgmma have been waited for): the producer
+    // may refill it.
     auto release = [&](const int st) {
         __syncwarp();
-        if (lane == 0) {
-            barrier_arrive(empty + 8 * st);
-            barrier_arrive(al_free + 8 * st);
-        }
+        if (lane == 0) barrier_arrive(empty + 8 * st);
     };
     auto next_stage = [&]() {
         if (++stage == STAGES) {
@@ -704,10 +655,10 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
 #else
         for (int kt = 0; kt < num_k; kt++) {
             barrier_wait(full + 8 * stage, phase);   // B's bytes have landed
-            barrier_wait(ready + 8 * al, al_phase);  // A's tile is split
+            barrier_wait(ready + 8 * stage, phase);  // A's tile is split
             const unsigned ah_stage = stages + stage * STAGE_BYTES;
-            const unsigned al_stage = al_buffers + al * A_STAGE_BYTES;
-            const unsigned char* b_stage = smem + stage * STAGE_BYTES + A_STAGE_BYTES;
+            const unsigned al_stage = ah_stage + A_STAGE_BYTES;
+            const unsigned char* b_stage = smem + stage * STAGE_BYTES + 2 * A_STAGE_BYTES;
             unsigned big[STEPS][4], small[STEPS][4];
 #pragma unroll
             for (int s = 0; s < STEPS; s++) {  // k rows 8s + t and 8s + t + 4 (8 rows: 1 KiB)
@@ -740,20 +691,12 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                 WGMMA(d, big[s], matrix_descriptor(ah_stage + s * 32), 1);
             wgmma_commit();
             wgmma_wait<0>();
-            // This warp is done with the stage and the AL buffer: the producer and the
-            // splitters may refill them.
+            // This warp is done with the stage: the producer may refill it.
             __syncwarp();
-            if (lane == 0) {
-                barrier_arrive(empty + 8 * stage);
-                barrier_arrive(al_free + 8 * al);
-            }
+            if (lane == 0) barrier_arrive(empty + 8 * stage);
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1;
-            }
-            if (++al == AL_BUFFERS) {
-                al = 0;
-                al_phase ^= 1;
             }
             if (flush) {
 #pragma unroll
