@@ -37,21 +37,31 @@ def install_sigterm_handler() -> None:
         signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+_shield_depth = 0  # shielded() blocks open in the main thread
+
+
 @contextlib.contextmanager
 def shielded():
-    """Hold SIGINT and SIGTERM back while an interrupted run's end is written: a second Ctrl-C
-    must not leave the run RUNNING. One that came meanwhile is raised when the block ends."""
-    if threading.current_thread() is not threading.main_thread():
+    """Hold SIGINT and SIGTERM back while an interrupted run's end is written, or while the
+    process is inside a sqlite store's transaction (runner/record/store.py: holding_signals): a
+    second Ctrl-C must not leave the run RUNNING. One that came meanwhile is raised when the
+    block ends, also when the block failed (the failure is then its context): a store error
+    must not swallow the user's Ctrl-C. Blocks nest: an inner one leaves the held signal to
+    the outermost, so that a whole run's end is written before it is raised."""
+    global _shield_depth
+    if threading.current_thread() is not threading.main_thread() or _shield_depth:
         yield
         return
     pending = []
     held = (signal.SIGINT, signal.SIGTERM)
     previous = {signum: signal.signal(signum, lambda signum, frame: pending.append(signum))
                 for signum in held}
+    _shield_depth += 1
     try:
         yield
     finally:
+        _shield_depth -= 1
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-    if pending:
-        raise Terminated() if pending[0] == signal.SIGTERM else KeyboardInterrupt()
+        if pending:
+            raise Terminated() if pending[0] == signal.SIGTERM else KeyboardInterrupt()
