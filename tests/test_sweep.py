@@ -190,6 +190,70 @@ def test_an_interrupted_sweep_resumes_where_it_stopped(tmp_path):
     assert cached | measured == {"256", "264", "272", "280", "288", "296"}
 
 
+# `python -c` that runs `python -m runner …` with SIGINT sent to the process inside a store
+# call of the second job: right after a SELECT has executed, its cursor open, in the second
+# call of OWNER.NAME (mlflow.start_run: the job's run being opened; Recorder.params: its params
+# being written).
+INTERRUPTED_INSIDE_A_STORE_CALL = """
+import os, runpy, signal, sys, threading
+import mlflow
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from runner.record.tracking import Recorder
+
+armed, calls = [], []
+def after_cursor_execute(conn, cursor, statement, *args):
+    if armed and statement.lstrip().upper().startswith("SELECT") \\
+            and threading.current_thread() is threading.main_thread():
+        armed.clear()
+        os.kill(os.getpid(), signal.SIGINT)
+event.listen(Engine, "after_cursor_execute", after_cursor_execute)
+owner = {"mlflow": mlflow, "Recorder": Recorder}[OWNER]
+original = getattr(owner, NAME)
+def arming(*args, **kwargs):
+    calls.append(1)
+    if len(calls) == 2:
+        armed.append(True)
+    return original(*args, **kwargs)
+setattr(owner, NAME, arming)
+sys.argv[0] = "gemmlab"
+runpy.run_module("runner", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("owner, name", [("mlflow", "start_run"), ("Recorder", "params")])
+def test_a_sweep_interrupted_inside_a_store_call_exits_at_once_with_its_runs_killed(
+        tmp_path, owner, name):
+    """The flake of test_an_interrupted_sweep_resumes_where_it_stopped made deterministic: the
+    SIGINT lands while the sweep's process is inside a sqlite store call. That used to leave the
+    process holding a lock on the store: "database is locked" after 20 s at every write of the
+    KILLED end, a failed job instead of an interrupt, and the sweep going on to its next jobs
+    (minutes, the parent left RUNNING)."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    code = f"OWNER, NAME = {owner!r}, {name!r}\n" + INTERRUPTED_INSIDE_A_STORE_CALL
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, "-m", *QUICK, "kernel=matmul_1", "size=16,24,32",
+         f"tracking.uri={store}"], cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = process.communicate(timeout=90)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr[-3000:]
+    assert "database is locked" not in stderr
+    assert "gemmlab: error: interrupted by SIGINT (Ctrl-C)" in stderr
+    client = MlflowClient(store)
+    (parent,) = parents(client)
+    assert parent.info.status == "KILLED"
+    jobs = children(client, parent)
+    assert sorted(run.info.status for run in jobs) == ["FINISHED", "KILLED"]
+    (killed,) = [run for run in jobs if run.info.status == "KILLED"]
+    assert killed.data.tags["failure_reason"] == "interrupted by SIGINT (Ctrl-C)"
+    if name == "params":  # the interrupted call completed before the interrupt was raised
+        assert killed.data.params["M"] == "24"
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -19,6 +19,7 @@ from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan
 from runner.errors import RunError
 from runner.record import names
+from runner.record.store import holding_signals
 from runner.run.operations import check_tolerance
 from runner.run.timing import Repetitions
 
@@ -63,12 +64,14 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
 
 def find_measurement(experiment_id: str, key: str, exclude_run_id: str):
     """The newest finished run in the experiment with this measurement key, or None."""
+    import mlflow
     from mlflow.tracking import MlflowClient
 
-    found = MlflowClient().search_runs(
-        [experiment_id],
-        filter_string=f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
-        order_by=["attributes.start_time DESC"], max_results=2)
+    with holding_signals(mlflow.get_tracking_uri()):
+        found = MlflowClient().search_runs(
+            [experiment_id],
+            filter_string=f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
+            order_by=["attributes.start_time DESC"], max_results=2)
     return next((run for run in found if run.info.run_id != exclude_run_id), None)
 
 

@@ -9,7 +9,7 @@ for the first time while holding a lock beside the database file, and the first 
 import functools
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlparse
 from filelock import FileLock, Timeout
 
 from runner.errors import RunError
+from runner.terminal.interrupts import shielded
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,21 @@ def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
                        f"({why}); start it (mlflow server --host 127.0.0.1 --port "
                        f"{url.port or 5000} …) or set tracking.uri to a store that exists, "
                        "e.g. sqlite:///mlflow.db") from None
+
+
+def holding_signals(uri: str):
+    """Hold SIGINT and SIGTERM back while this process reads or writes the sqlite store `uri`;
+    one that came meanwhile is raised when the block ends (runner/terminal/interrupts.py).
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be. Inside a store
+    call, SQLAlchemy takes it for an exit and invalidates the connection: sqlite3 closes it
+    with a statement still open (held by the interrupt's traceback), and SQLite keeps such a
+    closed connection, and its lock on the file, until that statement is freed. Every write
+    of the run's KILLED end, made by this same process right after, would wait out MLflow's
+    20 s busy timeout and fail with "database is locked", and a sweep would go on to its next
+    jobs. A server (http://) or another database needs no shield, and a hung request stays
+    interruptible."""
+    return shielded() if uri.startswith("sqlite:") else nullcontext()
 
 
 def sqlite_path(uri: str) -> Optional[Path]:

@@ -17,8 +17,9 @@ from omegaconf import DictConfig, OmegaConf
 from runner import __version__
 from runner.config.paths import PACKAGE_DIR, checkout_root
 from runner.record import names
-from runner.record.store import ensure_store
+from runner.record.store import ensure_store, holding_signals
 from runner.run.operations import check_tolerance
+from runner.terminal.interrupts import describe
 
 
 def _quiet_mlflow() -> None:
@@ -138,25 +139,34 @@ class Recorder:
         import mlflow
 
         _quiet_mlflow()
-        ensure_store(tracking_cfg.uri)
         self._mlflow = mlflow
-        mlflow.set_tracking_uri(tracking_cfg.uri)
-        experiment_for(tracking_cfg.uri, tracking_cfg.experiment)
-        mlflow.set_experiment(tracking_cfg.experiment)
-        tags = provenance_tags()
-        if parent_run_id:
-            tags[names.PARENT_RUN_ID] = parent_run_id
         self.run_name = run_name
-        self.run = mlflow.start_run(run_name=run_name, tags=tags)
-        self.run_id = self.run.info.run_id
-        self.experiment_id = self.run.info.experiment_id
         self.uri = tracking_cfg.uri
+        self.run = None
         self._tags: dict[str, str] = {}
         self._metrics: dict[str, float] = {}
         self._texts: dict[str, str] = {}
+        try:
+            with holding_signals(self.uri):  # a signal meanwhile is raised once the run is open
+                ensure_store(tracking_cfg.uri)
+                mlflow.set_tracking_uri(tracking_cfg.uri)
+                experiment_for(tracking_cfg.uri, tracking_cfg.experiment)
+                mlflow.set_experiment(tracking_cfg.experiment)
+                tags = provenance_tags()
+                if parent_run_id:
+                    tags[names.PARENT_RUN_ID] = parent_run_id
+                self.run = mlflow.start_run(run_name=run_name, tags=tags)
+        except KeyboardInterrupt as interrupt:  # the run was opened: it ends KILLED, not RUNNING
+            if self.run is not None:
+                self.run_id = self.run.info.run_id
+                self.finish(describe(interrupt), status="killed")
+            raise
+        self.run_id = self.run.info.run_id
+        self.experiment_id = self.run.info.experiment_id
 
     def params(self, params: Mapping[str, Any]) -> None:
-        self._mlflow.log_params({k: str(v) for k, v in params.items()})
+        with holding_signals(self.uri):
+            self._mlflow.log_params({k: str(v) for k, v in params.items()})
 
     def tags(self, tags: Mapping[str, Any]) -> None:
         self._tags.update({k: str(v) for k, v in tags.items() if v is not None})
@@ -200,11 +210,13 @@ class Recorder:
             outcome += " (cached)"
         if outcome:  # first, so that a narrow run-name column still shows it
             self.tags({names.RUN_NAME: f"{outcome} · {self.run_name}"[:250]})
-        try:
-            self._flush()
-        finally:
-            ended = "FINISHED" if failure is None else "KILLED" if status == "killed" else "FAILED"
-            self._mlflow.end_run(status=ended)
+        with holding_signals(self.uri):
+            try:
+                self._flush()
+            finally:
+                ended = ("FINISHED" if failure is None else "KILLED" if status == "killed"
+                         else "FAILED")
+                self._mlflow.end_run(status=ended)
 
 
 @functools.lru_cache(maxsize=1)

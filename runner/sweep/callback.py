@@ -379,6 +379,13 @@ class SweepRecorder(Callback):
         return {"_parent_run_id": None}
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from runner.record.store import holding_signals
+
+        # A signal meanwhile is raised once the parent's end is registered: that closes it.
+        with holding_signals(config.tracking.uri):
+            self._start(config)
+
+    def _start(self, config: DictConfig) -> None:
         from mlflow.tracking import MlflowClient
 
         from runner.record.store import ensure_store
@@ -429,6 +436,14 @@ class SweepRecorder(Callback):
     def _end(self, status: str) -> None:
         if self._parent_run_id is None:
             return
+        from runner.record.store import holding_signals
+
+        # Held back while the summary and the status are written: a Ctrl-C meanwhile, or one
+        # that lands inside a store call of the sweep's own end, must not leave it RUNNING.
+        with holding_signals(self._uri):
+            self._close(status)
+
+    def _close(self, status: str) -> None:
         parent, self._parent_run_id = self._parent_run_id, None
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
