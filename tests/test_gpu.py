@@ -155,8 +155,11 @@ def test_matmul_12_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     ["kernel.params.FLUSH=4", "kernel.params.STAGES=3"],
     ["kernel.params.PRODUCER_REGS=88"],
     ["kernel.params.PRODUCER_REGS=88", "kernel.params.A_ROUND=1", "kernel.params.BM=64"],
+    ["kernel.params.CLUSTER=2"],
+    ["kernel.params.CLUSTER=2", "kernel.params.BM=64", "kernel.params.A_ROUND=1",
+     "kernel.params.SMS=0"],
 ], ids=["defaults", "bn64", "bm64-2stages", "block-per-tile-rows-6stages", "flush4-3stages",
-        "producer-88", "producer-88-a-round-bm64"])
+        "producer-88", "producer-88-a-round-bm64", "cluster2", "cluster2-bm64-a-round-block-per-tile"])
 @pytest.mark.parametrize("size", [["m=1001", "n=1537", "k=333"], ["m=130", "n=67", "k=36"],
                                   ["m=1", "n=1", "k=1"], ["m=128", "n=128", "k=32"],
                                   ["m=4097", "n=4095", "k=333"]],
@@ -167,7 +170,8 @@ def test_matmul_14_any_shape_and_tiling_is_correct_and_accurate(store, params, s
     A's two parts; d summed over FLUSH stages, the last chunk partial) at every tiling and
     edge: K % 4 != 0 and N % 4 != 0 (padded copies), N odd (scalar stores), one element,
     exactly one tile and one stage, blocks looping over several tiles (the barrier phases
-    carried across tiles); verified against float64."""
+    carried across tiles); with CLUSTER=2 a pair's second block past N where the tiles along n
+    are odd in number; verified against float64."""
     _run_verified(store, "matmul_14", "backend=cuda", *size, *params, max_rel_error=1e-6)
 
 

@@ -118,9 +118,11 @@ def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
 
 @pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6},
                                     {"PRODUCER_REGS": 88}, {"PRODUCER_REGS": 88, "A_ROUND": 1},
-                                    {"PRODUCER_REGS": 88, "BM": 64}],
+                                    {"PRODUCER_REGS": 88, "BM": 64}, {"CLUSTER": 2},
+                                    {"CLUSTER": 2, "BM": 64, "A_ROUND": 1}],
                          ids=["defaults", "bn64", "bm64", "bm64-6stages", "producer-88",
-                              "producer-88-a-round", "producer-88-bm64"])
+                              "producer-88-a-round", "producer-88-bm64", "cluster2",
+                              "cluster2-bm64-a-round"])
 def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_cuda, params):
     """As matmul_12: no serialized wgmma and no spills; and the two-consumer shapes' register
     split (setmaxnreg, which ptxas ignores with a warning where it cannot apply it) is taken."""

@@ -69,6 +69,15 @@ def test_compute_sanitizer_finds_nothing_in_matmul_9_variants(overrides, tool):
     _assert_clean(_sanitize(tool, "matmul_9", overrides=overrides), tool)
 
 
+@pytest.mark.parametrize("tool", TOOLS)
+def test_compute_sanitizer_finds_nothing_in_matmul_14_clusters(tool):
+    """matmul_14 with CLUSTER=2: each block's producer multicasts half of A's tile into both
+    blocks, whose consumers release a stage to both producers, over 11 stages a tile and an odd
+    number of tiles along n (the pair's second block past N)."""
+    _assert_clean(_sanitize(tool, "matmul_14", overrides=("kernel.params.CLUSTER=2",),
+                            size="300x270x333"), tool)
+
+
 def test_racecheck_reports_a_dropped_barrier(tmp_path):
     """matmul_2 without its second barrier: the next tile overwrites one still being read."""
     done = _sanitize("racecheck", "matmul_2", "--drop-barrier", "1",

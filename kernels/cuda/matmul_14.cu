@@ -123,6 +123,12 @@
 #ifndef PRODUCER_REGS
 #define PRODUCER_REGS 40  // registers of the producer warpgroup's threads after setmaxnreg
 #endif
+#ifndef CLUSTER
+#define CLUSTER 1   // blocks of a cluster along n sharing A's tile by TMA multicast (1 or 2)
+#endif
+#if CLUSTER > 1 && INFLIGHT
+#error "CLUSTER = 2 is built for INFLIGHT = 0"
+#endif
 #if INFLIGHT && (BM != 128 || FLUSH != 1)
 #error "INFLIGHT = 1 splits a 128-wide tile into two halves and adds d every stage (FLUSH = 1)"
 #endif
@@ -181,6 +187,35 @@ __device__ __forceinline__ void barrier_expect_bytes(const unsigned bar, const u
 __device__ __forceinline__ void barrier_arrive(const unsigned bar) {
     asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" :: "r"(bar) : "memory");
 }
+
+#if CLUSTER > 1
+// The same arrival on the barrier at the same offset in block `cta` of the cluster, with the
+// default semantics (release at CTA scope), as matmul_13 (which explains why not .cluster).
+__device__ __forceinline__ void barrier_arrive_cluster(const unsigned bar, const unsigned cta) {
+    asm volatile("{\n.reg .b32 remote;\n"
+                 "mapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 :: "r"(bar), "r"(cta) : "memory");
+}
+
+// A box into shared memory at the same offset in every block of `mask` (the cluster's blocks
+// by rank), each completing its bytes on its own barrier at offset `bar`.
+__device__ __forceinline__ void tma_load_multicast(const unsigned dst, const TensorMap* map,
+                                                   const int x, const int y, const unsigned bar,
+                                                   const unsigned short mask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;\n"
+                 :: "r"(dst), "l"(reinterpret_cast<unsigned long long>(map)), "r"(x), "r"(y),
+                    "r"(bar), "h"(mask)
+                 : "memory");
+}
+
+__device__ __forceinline__ unsigned cluster_rank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+#endif
 
 // Waits until the phase of parity `parity` has completed (a fresh barrier counts the phase
 // before its first, parity 1, as completed: the producer's first pass over empty[] waits for
@@ -366,6 +401,9 @@ __device__ __forceinline__ void store_pair(float* __restrict__ C, const int row,
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if CLUSTER > 1
+__cluster_dims__(CLUSTER, 1, 1)
+#endif
 matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorMap a_map,
           const __grid_constant__ TensorMap b_map, float* __restrict__ C) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];  // stages, +1 KiB, barriers
@@ -374,27 +412,39 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     const int warp = (threadIdx.x % WARPGROUP) / WARP;
     const int lane = threadIdx.x % WARP;
 
-    // The tiles of C in grouped order (GROUP tile rows at a time); a block takes every
-    // gridDim.x-th from its own on: one when the grid has a block per tile, several when it is
-    // persistent.
-    const int tiles_m = (M + BM - 1) / BM;
-    const int tiles_n = (N + BN - 1) / BN;
-    const int tiles = tiles_m * tiles_n;
-    const int num_k = (K + BK - 1) / BK;
-    auto tile_of = [&](const int tile, int& block_row, int& block_col) {
-#if GROUP == 1
-        const int tile_m = tile / tiles_n;
-        const int tile_n = tile % tiles_n;
+#if CLUSTER > 1
+    const unsigned rank = cluster_rank();  // blockIdx.x % CLUSTER: which n tile of the pair
 #else
-        const int in_group = GROUP * tiles_n;
-        const int first_m = (tile / in_group) * GROUP;
-        const int rows = min(tiles_m - first_m, GROUP);
-        const int r = tile % in_group;
-        const int tile_m = first_m + r % rows;
-        const int tile_n = r / rows;
+    const unsigned rank = 0;
 #endif
-        block_row = tile_m * BM;  // m
-        block_col = tile_n * BN;  // n
+
+    // The tiles of C, in units of a cluster's CLUSTER tiles along n, taken in grouped order
+    // (GROUP tile rows at a time); a block (with its cluster) takes every gridDim.x / CLUSTER-th
+    // from its own on: one when the grid has a block per tile, several when it is persistent.
+    const int tiles_m = (M + BM - 1) / BM;
+    const int units_n = ((N + BN - 1) / BN + CLUSTER - 1) / CLUSTER;
+    const int units = tiles_m * units_n;
+    const int first_unit = blockIdx.x / CLUSTER;
+    const int unit_stride = gridDim.x / CLUSTER;
+    const int num_k = (K + BK - 1) / BK;
+#if CLUSTER > 1  // stages this block (and its cluster) consumes
+    const int total_iters = (first_unit < units ? (units - first_unit + unit_stride - 1) / unit_stride
+                                                : 0) * num_k;
+#endif
+    auto tile_of = [&](const int unit, int& block_row, int& block_col) {
+#if GROUP == 1
+        const int tile_m = unit / units_n;
+        const int unit_n = unit % units_n;
+#else
+        const int in_group = GROUP * units_n;
+        const int first_m = (unit / in_group) * GROUP;
+        const int rows = min(tiles_m - first_m, GROUP);
+        const int r = unit % in_group;
+        const int tile_m = first_m + r % rows;
+        const int unit_n = r / rows;
+#endif
+        block_row = tile_m * BM;                          // m
+        block_col = (unit_n * CLUSTER + (int)rank) * BN;  // n
     };
 
     // The stages start on a 1024-byte boundary (the launch asks for 1 KiB more than they
@@ -411,11 +461,16 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
         for (int s = 0; s < STAGES; s++) {
             barrier_init(full + 8 * s, 1);               // the producer's expect_tx
             barrier_init(ready + 8 * s, SPLITTERS);      // every splitter thread's
-            barrier_init(empty + 8 * s, CONSUMERS * 4);  // every consumer warp's
-        }
+            barrier_init(empty + 8 * s, CLUSTER * CONSUMERS * 4);  // every consumer warp's, of
+        }                                                           // every block of the cluster
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
+#if CLUSTER > 1  // the peer's barriers are ready before anything arrives on them
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+#else
     __syncthreads();
+#endif
 
     if (group == 0) {
 #if CONSUMERS > 1
@@ -429,16 +484,22 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                              :: "l"(reinterpret_cast<unsigned long long>(&a_map)) : "memory");
                 asm volatile("prefetch.tensormap [%0];\n"
                              :: "l"(reinterpret_cast<unsigned long long>(&b_map)) : "memory");
-                for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+                for (int unit = first_unit; unit < units; unit += unit_stride) {
                     int block_row, block_col;
-                    tile_of(tile, block_row, block_col);
+                    tile_of(unit, block_row, block_col);
                     for (int kt = 0; kt < num_k; kt++) {
                         barrier_wait(empty + 8 * stage, phase ^ 1);  // the consumers are done
                         const unsigned bar = full + 8 * stage;
                         const unsigned a_dst = stages + stage * STAGE_BYTES;
                         const unsigned b_dst = a_dst + 2 * A_STAGE_BYTES;
                         barrier_expect_bytes(bar, COPY_BYTES);
+#if CLUSTER > 1  // this block's BM / CLUSTER rows of A, into every block of the cluster
+                        tma_load_multicast(a_dst + rank * (BM / CLUSTER) * ROW_BYTES, &a_map,
+                                           kt * BK, block_row + rank * (BM / CLUSTER), bar,
+                                           (unsigned short)((1u << CLUSTER) - 1));
+#else
                         tma_load(a_dst, &a_map, kt * BK, block_row, bar);  // BM rows of 32 k
+#endif
 #pragma unroll
                         for (int box = 0; box < BN / 32; box++)           // 32 k rows of 32 n
                             tma_load(b_dst + box * BOX_BYTES, &b_map, block_col + 32 * box,
@@ -452,7 +513,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
             }
         } else {  // the splitters: A's tile into its big (in place) and small (AL) parts
             const int splitter = threadIdx.x - WARP;  // 0 .. SPLITTERS - 1
-            for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+            for (int unit = first_unit; unit < units; unit += unit_stride) {
                 for (int kt = 0; kt < num_k; kt++) {
                     barrier_wait(full + 8 * stage, phase);  // A's tile (and B's) have landed
                     float4* a_tile = reinterpret_cast<float4*>(smem + stage * STAGE_BYTES);
@@ -514,6 +575,9 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     for (int i = 0; i < ACC; i++) d[i] = 0.0f;
     int stage = 0;
     unsigned phase = 0;
+#if CLUSTER > 1
+    int iter = 0;  // the stages this block has consumed
+#endif
 
 #if INFLIGHT
     // B^T's fragments of stage `st` (k rows 8s + t and 8s + t + 4 of step s; 8 rows: 1 KiB),
@@ -590,9 +654,9 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
         }
     };
 #endif
-    for (int tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+    for (int unit = first_unit; unit < units; unit += unit_stride) {
         int block_row, block_col;
-        tile_of(tile, block_row, block_col);
+        tile_of(unit, block_row, block_col);
 #pragma unroll
         for (int i = 0; i < ACC; i++) acc[i] = 0.0f;
 
@@ -691,9 +755,25 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                 WGMMA(d, big[s], matrix_descriptor(ah_stage + s * 32), 1);
             wgmma_commit();
             wgmma_wait<0>();
-            // This warp is done with the stage: the producer may refill it.
+            // This warp is done with the stage: the producers (of every block of the cluster,
+            // which write into this block's stage) may refill it. The last STAGES stages are
+            // awaited by no producer, so a cluster's blocks leave those arrivals out: a block
+            // never touches a peer that may have finished.
             __syncwarp();
-            if (lane == 0) barrier_arrive(empty + 8 * stage);
+            if (lane == 0) {
+#if CLUSTER > 1
+                if (iter + STAGES < total_iters) {
+#pragma unroll
+                    for (unsigned cta = 0; cta < CLUSTER; cta++)
+                        barrier_arrive_cluster(empty + 8 * stage, cta);
+                }
+#else
+                barrier_arrive(empty + 8 * stage);
+#endif
+            }
+#if CLUSTER > 1
+            iter++;
+#endif
             if (++stage == STAGES) {
                 stage = 0;
                 phase ^= 1;
