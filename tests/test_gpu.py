@@ -217,7 +217,7 @@ def test_matmul_14_inflight_any_shape_and_tiling_is_correct_and_accurate(store, 
     the fragment sets carried across tiles); verified against float64, as accurate as
     INFLIGHT=0."""
     recorded = _run_verified(store, "matmul_14", "backend=cuda", "kernel.params.INFLIGHT=1",
-                             *size, *params, max_rel_error=1e-6)
+                             "kernel.params.CLUSTER=1", *size, *params, max_rel_error=1e-6)
     assert recorded.data.params["kernel.params.INFLIGHT"] == "1"
 
 

@@ -140,8 +140,8 @@ def test_matmul_14_inflight_halves_run_asynchronously_without_spills(compile_onl
     the wgmma (C7513 for a running set rewritten, C7514 for a running half's accumulators read,
     as when a half ran across the loop's back edge) nor spill (acc, d and two sets: 192 of the
     232 registers setmaxnreg gives two consumers), and the register split must hold."""
-    params = {**compose_config("kernel=matmul_14").kernel.params, "INFLIGHT": 1, "BN": bn,
-              "STAGES": stages}
+    params = {**compose_config("kernel=matmul_14").kernel.params, "INFLIGHT": 1, "CLUSTER": 1,
+              "BN": bn, "STAGES": stages}
     _, prepared = _compile(compile_only_cuda, "matmul_14", params)
     _assert_wgmma_async_without_spills(prepared, "matmul_14")
 
@@ -167,7 +167,7 @@ def test_matmul_14_inflight_loop_loads_and_adds_beside_the_running_halves(bn):
     running group's fragment registers (the LDS fill the other set). Two passes, the second
     checked, so that the groups left running at the back edge are known."""
     cfg = compose_config("backend=cuda", "kernel=matmul_14", "kernel.params.INFLIGHT=1",
-                         f"kernel.params.BN={bn}")
+                         "kernel.params.CLUSTER=1", f"kernel.params.BN={bn}")
     sass = inspect_cli.inspect_config(cfg).files["matmul_14.sass"]
     code = parse_sass(sass)["matmul_14"]
     loops = [code[next(j for j, x in enumerate(code) if x.address == i.target):k + 1]

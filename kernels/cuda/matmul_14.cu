@@ -75,6 +75,15 @@
 //    alternated twice, before the splitter loop above, TFLOPS, INFLIGHT 0 / 1: 4096 117.7,
 //    117.3 / 115.8, 115.9; 8192 111.3, 111.0 / 107.2, 107.9 with the SM clock 75 MHz lower):
 //    the tensor pipe stayed 77% busy, the consumers were not what held it.
+//  - CLUSTER = 2 (the default where the tiles make more than one wave): two blocks of a cluster
+//    along n share A's tile, each producer copying half of it into both with a multicast TMA,
+//    each consumer warp releasing a stage to both producers (matmul_13's scheme, the last
+//    STAGES releases left out so that no block touches a peer that may have finished). A
+//    quarter fewer bytes from L2 a stage; at 8192, where the power limit holds the SM clock
+//    down, that buys clock (H100, one call, alternated twice, TFLOPS, 1 / 2: 8192 115.6, 117.6
+//    / 118.2, 119.3, the median SM clock 1680, 1860 / 1860, 1980 MHz; 4096 124.4, 123.9 /
+//    126.1, 125.7; 4097x4095x4093 111.6 / 113.0); at 1000x1030x999 (one wave) 46.2 / 44.6,
+//    so a size rule keeps 1 there.
 //  - Where it stands (H100, cuBLAS SGEMM in the same run): 4096 123.9-127.1 TFLOPS, 2.38-2.48x;
 //    8192 114.0-116.3, 2.21-2.25x (the SM clock at 1815-1845 MHz there, the power limit);
 //    4097x4095x4093 111.3-113.9, 2.24-2.34x; 1000x1030x999 44.8-46.1, 1.35-1.38x (72 tiles of
