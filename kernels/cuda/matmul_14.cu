@@ -133,7 +133,7 @@
 #define PRODUCER_REGS 40  // registers of the producer warpgroup's threads after setmaxnreg
 #endif
 #ifndef CLUSTER
-#define CLUSTER 1   // blocks of a cluster along n sharing A's tile by TMA multicast (1 or 2)
+#define CLUSTER 2   // blocks of a cluster along n sharing A's tile by TMA multicast (1 or 2)
 #endif
 #if CLUSTER > 1 && INFLIGHT
 #error "CLUSTER = 2 is built for INFLIGHT = 0"
