@@ -38,6 +38,20 @@ VENDOR_TF32_GFLOPS = "vendor_tf32/gflops"
 VENDOR_TF32_TIME_MS_MEDIAN = "vendor_tf32/time_ms_median"
 VENDOR_TF32_REL_ERROR = "vendor_tf32/rel_error"
 PCT_OF_VENDOR_TF32 = "perf/pct_of_vendor_tf32"
+# What the device can do at most for the step's arithmetic (runner/run/ceiling.py): the rate
+# against it, and the same for a copy against the device's memory bandwidth.
+CEILING_GFLOPS = "perf/ceiling_gflops"
+CEILING_GBPS = "bw/ceiling_gbps"
+PCT_OF_PEAK = "perf/pct_of_peak"
+# The launch after the timed ones, into poisoned outputs, checked like the first: its time.
+TIME_MS_CHECKED = "time_ms/checked"
+# Warm-up launches taken before the timed samples (until the rate was steady).
+TIME_WARMUP_LAUNCHES = "time/warmup_launches"
+VENDOR_WARMUP_LAUNCHES = "vendor/warmup_launches"
+# The host's CPUs during the timed launches (runner/run/host_state.py): how many cores' worth of
+# CPU time other processes took, of how many.
+HOST_OTHER_CPU_CORES = "host/other_cpu_cores"
+HOST_CPU_CORES = "host/cpu_cores"
 
 # The GPU's state during the timed launches, through NVML (runner/run/gpu_state.py).
 # The median SM clock during the timed launches (gpu/sm_clock_mhz_min the lowest): `gemmlab
@@ -84,7 +98,7 @@ VENDOR_SAMPLES_ARTIFACT = "timing/vendor_samples_ms.txt"  # the vendor baseline'
 VENDOR_TF32_SAMPLES_ARTIFACT = "timing/vendor_tf32_samples_ms.txt"
 
 # ---------------------------------------------------------------- tags
-STATUS = "gemmlab.status"  # ok, cached, refused, failed, timeout, killed
+STATUS = "gemmlab.status"  # ok, cached, refused, failed, impossible, timeout, killed
 FAILURE_REASON = "failure_reason"
 OPERATION = "gemmlab.operation"  # sgemm, copy, transpose
 KERNEL = "gemmlab.kernel"
@@ -112,6 +126,10 @@ GPU_HYGIENE = "gpu.hygiene"  # clean, shared or throttled
 GPU_HYGIENE_REASONS = "gpu.hygiene_reasons"
 GPU_OTHER_PROCESSES = "gpu.other_processes"  # pids with a context on the GPU, busy or not
 GPU_CLOCK_REASONS = "gpu.clock_reasons"  # every clocks-event reason NVML reported
+HOST_HYGIENE = "host.hygiene"  # clean or shared: other processes' CPU use while timing
+HOST_HYGIENE_REASONS = "host.hygiene_reasons"
+CEILING_BASIS = "perf.ceiling_basis"  # how the ceiling was found, in words
+VENDOR_UNUSABLE = "vendor.unusable"  # why no % of the vendor was recorded (a noisy baseline)
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
 
