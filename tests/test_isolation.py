@@ -168,6 +168,32 @@ def test_a_clean_kernel_under_oclgrind_is_verified_and_not_timed(tmp_path):
     assert "perf/gflops" not in run.data.metrics
 
 
+@pytest.mark.skipif(not _oclgrind_installed(), reason="needs pip install 'pyopencl[oclgrind]'")
+def test_a_kernel_under_a_tool_ends_at_the_tools_own_limit_and_says_so(tmp_path):
+    """Issue 38: under a tool the kernel's stages have check.sanitizer_timeout_s, not
+    timing.timeout_s (1 s here, which stops nothing). At its limit the line names the tool and
+    the key, and the worker is killed at once: a run that asked it to exit would wait 30 s for
+    the simulated kernel first (the run's own duration excludes the command's start-up)."""
+    done = gemmlab(tmp_path, "kernel=hang_1", "check.sanitizer=oclgrind", "timing.timeout_s=1",
+                   "check.sanitizer_timeout_s=3", *USER_FOLDERS, *_store(tmp_path))
+    one_error_line(done, "hang_1 under oclgrind did not finish within 3 s at 16x16x16: the tool "
+                         "slows a kernel by orders of magnitude",
+                   "try a smaller size or raise check.sanitizer_timeout_s")
+    run = _only_run(tmp_path)
+    assert run.data.tags["gemmlab.status"] == "timeout"
+    assert (run.info.end_time - run.info.start_time) / 1000 < 20
+
+
+@pytest.mark.skipif(not _oclgrind_installed(), reason="needs pip install 'pyopencl[oclgrind]'")
+def test_timing_timeout_does_not_bound_a_kernel_under_a_tool(tmp_path):
+    """The simulated checked launch takes far longer than 1 ms, and under a tool that is fine:
+    timing.timeout_s bounds the timed runs a tool never makes."""
+    done = gemmlab(tmp_path, "kernel=matmul_3", "check.sanitizer=oclgrind",
+                   "timing.timeout_s=0.001", *_store(tmp_path))
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "oclgrind: no errors" in done.stdout
+
+
 # On an NVIDIA GPU (marked `gpu`, skipped without one): a real device fault, and the tools.
 from conftest import requires_cuda_gpu  # noqa: E402
 

@@ -95,6 +95,9 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
     # has, plus the instructions only that architecture has (wgmma, matmul_12). A cubin runs on
     # the compute capability it was built for either way.
     suffix = "a" if compute_capability >= 90 else ""
+    # -lineinfo, always (a sanitizer run included): compute-sanitizer's reports then name
+    # "file.cu:line" for each access (runner/job/sanitizers.py); measured as a cost of the timed
+    # kernel and ruled out (docs/ladders/sgemm.md).
     options += [f"-arch=sm_{int(compute_capability)}{suffix}", "-std=c++17",
                 "--ptxas-options=-v",
                 "-lineinfo"]
