@@ -13,6 +13,11 @@ class VerificationError(RunError):
     """The kernel's result is wrong: the run is recorded as failed and never reported as fast."""
 
 
+class ImpossibleResult(RunError):
+    """A rate the device cannot reach (above its ceiling, runner/run/peak.py): the timed launches
+    did not do the work the run counts. Recorded FAILED with status `impossible`."""
+
+
 class Refused(RunError):
     """A configuration refused before anything is compiled: a parameter outside its allowed values,
     a failing constraint of the kernel's spec, a size out of range, or more than the device allows.

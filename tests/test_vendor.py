@@ -18,7 +18,7 @@ class FakeCuda:
 
     def __call__(self, A, B, device_id, warmup, repeats, flush_l2=False, tf32=False):
         self.calls.append("tf32" if tf32 else "sgemm")
-        return [1.0, 1.0, 1.0], (A.astype(np.float64) @ B).astype(np.float32)
+        return [1.0, 1.0, 1.0], (A.astype(np.float64) @ B).astype(np.float32), {}
 
 
 def test_fp32_and_tf32_steps_share_one_sgemm_measurement(monkeypatch):

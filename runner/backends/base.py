@@ -38,6 +38,11 @@ class DeviceInfo:
     # Largest dynamic local/shared memory a launch may ask for (CUDA: the opt-in limit above
     # the 48 KiB of static shared memory); None: local_memory_bytes.
     dynamic_local_memory_bytes: Optional[int] = None
+    # What the device's ceiling is worked out from (runner/run/peak.py); None where unknown.
+    max_clock_mhz: Optional[float] = None  # the driver's highest core/SM clock
+    cache_bytes: Optional[int] = None  # the last-level cache the driver reports (a GPU's L2)
+    float_vector_width: Optional[int] = None  # OpenCL: the widest native/preferred float vector
+    memory_gbps: Optional[float] = None  # DRAM bandwidth from the driver's memory clock and bus
 
     @property
     def is_nvidia_gpu(self) -> bool:
@@ -47,6 +52,13 @@ class DeviceInfo:
 def pci_address(domain: int, bus: int, device: int) -> str:
     """A GPU's PCI address as NVML and nvidia-smi write it."""
     return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+# What outputs and scratch hold before a checked launch: finite (a BLAS kernel that reads C and
+# multiplies it by beta = 0 gets 0, where NaN would give NaN), far from any value a kernel
+# computes from inputs in [-1, 1) (|C| <= K), and its bits are recognised as never written.
+POISON_BITS = 0xC61C3FF6  # -9999.99 as a float32
+POISON = np.uint32(POISON_BITS).view(np.float32)
 
 
 @dataclass(frozen=True)
@@ -128,7 +140,8 @@ class Backend(ABC):
 
     @abstractmethod
     def poison(self, buffer: Any) -> None:
-        """Fill with NaN, so that an element the kernel never writes cannot pass the check."""
+        """Fill with POISON (every 32-bit word), so that an element the kernel never writes cannot
+        pass the check, while beta * C with beta = 0 stays 0 as BLAS allows."""
 
     @abstractmethod
     def launch(self, kernel: Any, groups: Sequence[int], local: Sequence[int],

@@ -6,7 +6,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from runner.backends import driver_env
-from runner.backends.base import (Backend, CompiledProgram, DeviceInfo, KernelResources,
+from runner.backends.base import (POISON, Backend, CompiledProgram, DeviceInfo, KernelResources,
                                   pci_address)
 from runner.backends.nvrtc import compile_cuda, ptx_signatures
 from runner.backends.ptxas import parse_ptxas_report
@@ -45,6 +45,25 @@ def hold_queue(cupy) -> None:
 def cuda_pci_address(props: dict) -> str:
     return pci_address(int(props.get("pciDomainID", 0)), int(props["pciBusID"]),
                        int(props.get("pciDeviceID", 0)))
+
+
+def _attribute_khz(runtime, device_id: int, props: dict, name: str, attribute: int) -> float:
+    """A clock (kHz) from the device's properties, or its attribute where a newer CUDA has
+    dropped it from the properties (CUDA 13: clockRate, memoryClockRate); 0 where unknown."""
+    value = props.get(name)
+    if not value:
+        try:
+            value = runtime.deviceGetAttribute(attribute, device_id)
+        except Exception:  # not in this CUDA either: unknown
+            value = 0
+    return float(value or 0)
+
+
+def _memory_gbps(runtime, device_id: int, props: dict) -> Optional[float]:
+    """DRAM bandwidth from the memory clock (kHz, double data rate) and the bus width (bits)."""
+    clock_khz = _attribute_khz(runtime, device_id, props, "memoryClockRate", 36)
+    width = props.get("memoryBusWidth") or 0
+    return clock_khz * 1e3 * 2 * width / 8 / 1e9 or None
 
 
 def cuda_uuid(props: dict) -> Optional[str]:
@@ -207,6 +226,10 @@ class CUDABackend(Backend):
             pci_bus_id=int(props["pciBusID"]),
             pci_address=cuda_pci_address(props),
             uuid=cuda_uuid(props),
+            max_clock_mhz=_attribute_khz(runtime, self.device_id, props, "clockRate", 13) / 1e3
+            or None,
+            cache_bytes=int(props.get("l2CacheSize", 0)) or None,
+            memory_gbps=_memory_gbps(runtime, self.device_id, props),
         )
 
     def device_info(self) -> DeviceInfo:
@@ -277,7 +300,7 @@ class CUDABackend(Backend):
         return self._cupy.asnumpy(buffer[:count]).reshape(shape)
 
     def poison(self, buffer) -> None:
-        buffer.fill(np.nan)
+        buffer.fill(POISON)
 
     def tensor_map(self, buffer, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
                    swizzle: int) -> np.void:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from runner.backends import driver_env
-from runner.backends.base import (Backend, CompiledProgram, DeviceInfo, KernelResources,
+from runner.backends.base import (POISON, Backend, CompiledProgram, DeviceInfo, KernelResources,
                                   pci_address)
 from runner.backends.build_log import first_error, pyopencl_build_log
 from runner.backends.includes import check_includes, include_options
@@ -275,6 +275,9 @@ class OpenCLBackend(Backend):
             compute_capability=_nvidia_compute_capability(d),
             pci_bus_id=_nvidia_pci_bus_id(d),
             pci_address=_nvidia_pci_address(d),
+            max_clock_mhz=float(d.max_clock_frequency) or None,
+            cache_bytes=int(d.global_mem_cache_size) or None,
+            float_vector_width=max(d.native_vector_width_float, d.preferred_vector_width_float),
         )
 
     def device_info(self) -> DeviceInfo:
@@ -362,7 +365,7 @@ class OpenCLBackend(Backend):
         return host
 
     def poison(self, buffer: "cl.Buffer") -> None:
-        cl.enqueue_fill_buffer(self.queue, buffer, np.float32(np.nan), 0, buffer.size).wait()
+        cl.enqueue_fill_buffer(self.queue, buffer, POISON, 0, buffer.size).wait()
 
     def launch(self, kernel: "cl.Kernel", groups: Sequence[int], local: Sequence[int],
                args: Sequence[Any], local_bytes: int = 0) -> "cl.Event":

@@ -135,7 +135,12 @@ class CUDAConfig:
 
 @dataclass
 class TimingConfig:
-    warmup: int = 5  # untimed launches after the checked one
+    warmup: int = 5  # untimed launches after the checked one, at least (0: none at all)
+    # ... over at least this many seconds, then until the rate is steady (two windows of warm-up
+    # samples agree, runner/run/timing.py) or warmup_max_s has passed: a GPU's clocks take
+    # tens of milliseconds to come up from idle, and a count of launches may not cover them.
+    warmup_min_s: float = 0.1
+    warmup_max_s: float = 1.0
     repeats: int = 20  # timed launches; the median is the headline number
     # Adaptive repetitions (null: off, `repeats` samples): sample until the median is known to
     # within this fraction (0.005: ±0.5%, the 95% interval of the median, runner/run/timing.py),
@@ -188,6 +193,8 @@ class CheckConfig:
     # Run the checked launch under a correctness tool (null: none); the run then verifies and
     # reports, and times nothing (a tool slows kernels by orders of magnitude).
     sanitizer: Optional[Sanitizer] = None
+    # timing.timeout_s under a tool: minutes, as racecheck ran past 60 s on a 256^3 sgemm.
+    sanitizer_timeout_s: float = 600.0
 
 
 @dataclass

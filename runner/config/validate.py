@@ -34,6 +34,9 @@ RANGES = {
     "timing.repeats": Range(3, 100_000, "the median of fewer than 3 timed launches is not robust "
                                         "to a single outlier; more than 100000 only keeps the "
                                         "device busy"),
+    "timing.warmup_min_s": Range(0.0, 3_600.0, "seconds of warm-up launches at least"),
+    "timing.warmup_max_s": Range(0.0, 3_600.0, "seconds after which warm-up stops, steady "
+                                                "or not"),
     "timing.target_noise": Range(0.0, 1.0, "the relative half-width of the median's 95% "
                                            "interval at which the adaptive mode stops (null: "
                                            "off)", low_open=True),
@@ -45,6 +48,8 @@ RANGES = {
                                        "0.1 a wrong kernel passes", low_open=True),
     "check.full_reference_max_macs": Range(1, 2**40, "multiply-adds of the float64 reference "
                                                      "computed on the host"),
+    "check.sanitizer_timeout_s": Range(0.0, 86_400.0, "seconds the checked launch may take "
+                                                       "under check.sanitizer", low_open=True),
     "check.sample_rows": Range(1, INT32_MAX, "rows of C checked against the reference"),
     "check.sample_cols": Range(1, INT32_MAX, "columns of C checked against the reference"),
     "seed": Range(0, 2**32 - 1, "the inputs' seed, recorded with the run: a 32-bit unsigned "

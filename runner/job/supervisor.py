@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from runner.errors import RunError
 from runner.job.faults import sanitizer_hint
+from runner.job.sanitizers import sanitizer_finding, sanitizer_of
 
 POLL_S = 0.2  # how often the supervisor looks at the clock while it waits for the worker
 START_TIMEOUT_S = 120.0  # a worker's imports; the first job waits for them in `setup`
@@ -27,8 +28,8 @@ START_TIMEOUT_S = 120.0  # a worker's imports; the first job waits for them in `
 
 @dataclass
 class JobResult:
-    """How a job ended: `status` is ok, cached, refused, failed or timeout; `outcome` the
-    worker's RunOutcome for ok; `reason` a sentence otherwise."""
+    """How a job ended: `status` is ok, cached, refused, failed, impossible or timeout;
+    `outcome` the worker's RunOutcome for ok; `reason` a sentence otherwise."""
     status: str
     outcome: Any = None
     reason: str = ""
@@ -139,10 +140,13 @@ def _sanitizer_worker(tool: str, backend_name: str, folder: str) -> Worker:
 
 
 def _limits(cfg) -> dict[str, float]:
-    run_limit = float(cfg.timing.timeout_s)
-    return {"setup": max(run_limit, START_TIMEOUT_S),
+    """Seconds each stage may go without a sign of life; under a sanitizer the device work gets
+    check.sanitizer_timeout_s, as the tool slows it by orders of magnitude."""
+    device_limit = float(cfg.check.sanitizer_timeout_s if sanitizer_of(cfg)
+                         else cfg.timing.timeout_s)
+    return {"setup": max(float(cfg.timing.timeout_s), START_TIMEOUT_S),
             "compile": float(cfg.timing.compile_timeout_s),
-            "check": run_limit, "time": run_limit, "vendor": run_limit}
+            "check": device_limit, "time": device_limit, "vendor": device_limit}
 
 
 def _timed_out(phase: str, limit: float, cfg, size_label: str) -> str:
@@ -153,6 +157,11 @@ def _timed_out(phase: str, limit: float, cfg, size_label: str) -> str:
     if phase == "setup":
         return (f"{name} did not start within {limit:g} s: the device or the inputs at "
                 f"{size_label} were not ready")
+    tool = sanitizer_of(cfg)
+    if tool:
+        return (f"{name} under {tool} did not finish within {limit:g} s at {size_label}: the "
+                f"tool slows a kernel by orders of magnitude (a kernel that never returns ends "
+                f"here too); try a smaller size or raise check.sanitizer_timeout_s")
     what = "the vendor library did not return" if phase == "vendor" else \
         "the kernel did not return"
     return (f"{name} did not finish within {limit:g} s at {size_label}: {what} "
@@ -165,9 +174,9 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
     `reuse_earlier(key)` returns True when an earlier measurement with that key is reused
     instead (the caller records it). `bars` draws the worker's progress bars. KeyboardInterrupt
     (Ctrl-C, SIGTERM) kills the worker and propagates. With `check.sanitizer` the job has a
-    worker of its own under the tool, closed after the job so the tool writes its summary."""
-    tool = cfg.check.get("sanitizer")
-    tool = getattr(tool, "value", tool)
+    worker of its own under the tool, closed after the job so the tool writes its summary
+    (killed at a time limit: the reason then adds what the tool had reported so far)."""
+    tool = sanitizer_of(cfg)
     if not cfg.get("isolate", True) and not tool:
         return run_in_process(cfg, recorder, reuse_earlier, size_label, bars)
     if not tool:
@@ -190,12 +199,21 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
         cfg.backend.device = None
     with tempfile.TemporaryDirectory(prefix="gemmlab-sanitizer-") as folder:
         worker = _sanitizer_worker(tool, cfg.backend.name, folder)
+        result = None
         try:
             result = _relay(worker, cfg, recorder, reuse_earlier, size_label, bars)
         finally:
             bars(("end",))
-            worker.close()
+            if result is None or result.status == "timeout":
+                worker.kill()  # still in the kernel: it would not hear "exit"
+            else:
+                worker.close()  # the tool writes its summary as the worker exits
         result.report = _read(worker.log_path)
+    if result.status == "timeout":  # what the tool had reported before it was stopped
+        found = sanitizer_finding(tool, result.report,
+                                  cfg.kernel.sources.get(cfg.backend.name) or "", partial=True)
+        if found:
+            result.reason += f"; before it was stopped, {tool} reported: {found}"
     if tool == "oclgrind" and result.status == "failed" and "matches no platform" in result.reason:
         result.reason = ("check.sanitizer=oclgrind needs the Oclgrind simulator registered as an "
                          "OpenCL platform: pip install 'pyopencl[oclgrind]' (gemmlab's test "
@@ -233,7 +251,7 @@ class _Relay:
             return JobResult("cached", key=key, reusable=True)
         elif kind == "done":
             return JobResult("ok", outcome=message[1], key=key, reusable=True)
-        elif kind in ("refused", "failed"):
+        elif kind in ("refused", "failed", "impossible"):
             return JobResult(kind, reason=message[1], key=key, reusable=True)
         elif kind == "fault":
             return JobResult("failed", key=key, reason=(

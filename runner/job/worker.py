@@ -7,6 +7,7 @@ Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervi
     worker -> supervisor   ("phase", name)  ("bar", ...)  ("record", method, args)
                            ("key", measurement key)  then one of: ("done", outcome),
                            ("cached",), ("refused", reason), ("failed", reason),
+                           ("impossible", reason),
                            ("fault", what), ("crash", traceback)
 
 Everything the run would record goes back as ("record", …) at once, so a worker killed halfway
@@ -88,7 +89,7 @@ def run_job(conn: Connection, cfg) -> bool:
     """One job; False when the worker must not be reused (a fault or a crash)."""
     from runner.backends import make_backend
     from runner.config.spec import ProblemSize, plan_kernel
-    from runner.errors import Refused, RunError
+    from runner.errors import ImpossibleResult, Refused, RunError
     from runner.job.faults import describe_fault
     from runner.record import names
     from runner.record.resume import measurement_key
@@ -123,6 +124,9 @@ def run_job(conn: Connection, cfg) -> bool:
         return True
     except Refused as error:
         send(("refused", str(error)))
+        return True
+    except ImpossibleResult as error:
+        send(("impossible", str(error)))
         return True
     except RunError as error:
         for name, text in error.artifacts().items():  # a compiler's whole log, say

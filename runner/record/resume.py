@@ -21,7 +21,7 @@ from runner.errors import RunError
 from runner.record import names
 from runner.record.store import holding_signals
 from runner.run.operations import check_tolerance
-from runner.run.timing import Repetitions
+from runner.run.timing import Repetitions, Warmup
 
 KEY_TAG = names.MEASUREMENT_KEY
 REUSED_TAG = names.REUSED_FROM
@@ -46,7 +46,8 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
         "params": dict(plan.params), "max_registers": plan.max_registers,
         "size": plan.size.as_names(), "seed": cfg.seed,
         # Fixed repeats keep the key they always had; the adaptive settings join it when on.
-        "timing": [cfg.timing.warmup, *Repetitions.of(cfg.timing).key(), cfg.timing.flush_l2],
+        "timing": [*Warmup.of(cfg.timing).key(), *Repetitions.of(cfg.timing).key(),
+                   cfg.timing.flush_l2],
         "check": [check_tolerance(cfg), cfg.check.full_reference_max_macs,
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,

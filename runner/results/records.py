@@ -41,7 +41,7 @@ def tiling(run) -> str:
 
 
 def status(run) -> str:
-    """ok, cached, refused, failed, timeout or killed (the `gemmlab.status` tag); for runs recorded
+    """ok, cached, refused, failed, impossible, timeout or killed (the `gemmlab.status` tag); for runs recorded
     before the tag: FINISHED is ok, RUNNING running, anything else failed."""
     tagged = run.data.tags.get(names.STATUS)
     if tagged:

@@ -92,7 +92,7 @@ def failures(runs) -> list[str]:
     seen, lines = set(), []
     for run in sorted(runs, key=lambda r: -r.info.start_time):
         state = status(run)
-        if state not in ("failed", "refused"):
+        if state not in ("failed", "refused", "impossible", "timeout"):
             continue
         params = run.data.params
         tiling = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(params.items())

@@ -231,7 +231,7 @@ def match_runs(table: Table, runs: list) -> Matched:
         if state in MEASURED and _rate(run) is not None:
             key = (row.id, size, (backend, run.data.tags.get(names.DEVICE_NAME, "?")))
             cells.setdefault(key, run)
-        elif state in ("failed", "refused"):
+        elif state in ("failed", "refused", "impossible", "timeout"):
             failed.setdefault((row.id, size, backend), run)
     measured = {(r, s, b) for r, s, (b, _) in cells}
     failures = {k: v for k, v in failed.items() if k not in measured}

@@ -19,7 +19,7 @@ from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelRes
 from runner.backends.includes import local_includes
 from runner.config.paths import kernel_source_path
 from runner.config.spec import KernelPlan, ScalarArg, TensorMapArg, entry_label
-from runner.errors import Refused, RunError, VerificationError
+from runner.errors import ImpossibleResult, Refused, RunError, VerificationError
 from runner.record import names
 from runner.run.gpu_state import GpuState, Monitor, nvml_handle
 from runner.run.guards import guarded_alloc, guarded_upload, violation
@@ -38,11 +38,16 @@ from runner.run.operations import (
     make_problem,
     operation_floats,
 )
-from runner.run.timing import Repetitions, TimeStats, measure
+from runner.run.peak import ceiling, impossible_reason, nvml_limits
+from runner.run.timing import Repetitions, Samples, TimeStats, Warmup, measure
 from runner.run.vendor import VendorResult, vendor_baseline
 
 log = logging.getLogger(__name__)
 CLEAN_RETRY_PAUSE_S = 10.0  # timing.require_clean: how long a busy GPU gets to settle
+# A checked launch after the timed ones that takes this many times the slowest timed sample
+# (twice running) did work the timed launches skipped. Against the slowest, not the median:
+# a launch the host delayed is already among the samples.
+SKIPPED_WORK_RATIO = 3.0
 
 # The stages of a run, in order, as `execute` announces them.
 PHASES = ("setup", "compile", "check", "time", "vendor")
@@ -279,20 +284,55 @@ def check_signatures(plan: KernelPlan, program: CompiledProgram, file_name: str,
 
 
 def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
-                   seed: int) -> CheckResult:
-    """One launch into poisoned output and scratch, checked against the reference, after its
-    guard zones and inputs are checked (a VerificationError when it wrote where it must not)."""
+                   seed: int, before: Optional[Callable[[], None]] = None) -> CheckResult:
+    """One launch (every launch of the step, in order) into poisoned output and scratch, timed
+    and checked against the reference, after its guard zones and inputs are checked (a
+    VerificationError when it wrote where it must not). `before` (an L2 flush) runs last before
+    the launch, as before a timed sample."""
     for name, buffer in prepared.buffers.items():
         if name not in problem.inputs and name not in prepared.initial:
             backend.poison(buffer)
     prepared.restore(backend)  # C0 into C, where the kernel reads C (beta != 0)
-    backend.time_ms(prepared.enqueue)
+    if before is not None:
+        before()
+    launch_ms = backend.time_ms(prepared.enqueue)
     for name, guarded in prepared.guarded.items():
         wrong = violation(backend, name, guarded)
         if wrong:
             raise VerificationError(f"{prepared.kernel_name} {wrong} at {prepared.size_label}")
     result = backend.download(prepared.buffers[problem.output_name], problem.output_shape)
-    return check_result(problem.operation, problem, result, check_cfg, seed, *prepared.blas)
+    checked = check_result(problem.operation, problem, result, check_cfg, seed, *prepared.blas)
+    return dataclasses.replace(checked, launch_ms=launch_ms)
+
+
+def check_timed_launches(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
+                         seed: int, samples: list[float],
+                         before: Optional[Callable[[], None]] = None) -> float:
+    """The timed launches are the checked launches: one more launch after them, into freshly
+    poisoned output and scratch, checked like the first; a wrong result means the kernel's
+    later launches differ from its first (it keeps state between launches). Its time is set
+    against the timed samples: far slower, twice, and the timed launches skipped work it did
+    (a kernel that returns early when its output already holds a result). Returns its time."""
+    label = f"{prepared.kernel_name} at {prepared.size_label}"
+    checked = checked_launch(backend, prepared, problem, check_cfg, seed, before)
+    if not checked.passed:
+        raise VerificationError(
+            f"{label}: a launch after the timed ones gave a wrong result ({checked.detail}), "
+            "though its first launch was right: the kernel does not do the same work on every "
+            "launch, so its timed launches cannot be trusted")
+    slowest = max(samples)
+    times = [checked.launch_ms]
+    while times[-1] > SKIPPED_WORK_RATIO * slowest and len(times) < 2:
+        times.append(checked_launch(backend, prepared, problem, check_cfg, seed,
+                                    before).launch_ms)
+    if min(times) > SKIPPED_WORK_RATIO * slowest:
+        shown = " and ".join(f"{t:.4g}" for t in times)
+        raise VerificationError(
+            f"{label}: its timed launches took {float(np.median(samples)):.4g} ms (at most "
+            f"{slowest:.4g}), launches into poisoned output {shown} ms, over "
+            f"{SKIPPED_WORK_RATIO:g}x longer: the timed launches skipped work (does it return "
+            "early when its output already holds a result?)")
+    return min(times)
 
 
 def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
@@ -315,6 +355,25 @@ def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
     recorder.tags({names.GPU_HYGIENE: state.hygiene,
                    names.GPU_HYGIENE_REASONS: state.why() or "—",
                    names.GPU_CLOCK_REASONS: ", ".join(sorted(state.reasons)) or "none"})
+
+
+def judge_against_ceiling(recorder, metrics: dict, plan: KernelPlan, device: DeviceInfo,
+                          gpu_handle, flush_l2: bool) -> None:
+    """The device's ceiling for this step (runner/run/peak.py) and the rate's share of it,
+    recorded; a rate above it is an ImpossibleResult."""
+    limits = nvml_limits(gpu_handle, device) if device.is_nvidia_gpu else None
+    limit = ceiling(plan, device, limits, flush_l2)
+    if limit is None:
+        recorder.tags({names.CEILING_BASIS: "unknown: no ceiling is known for this device"})
+        return
+    rate = metrics[names.GFLOPS] if limit.unit == "GFLOPS" else metrics[names.GBPS]
+    metrics[names.CEILING_GFLOPS if limit.unit == "GFLOPS" else names.CEILING_GBPS] = limit.rate
+    metrics[names.PCT_OF_PEAK] = 100.0 * rate / limit.rate
+    recorder.metrics(metrics)
+    recorder.tags({names.CEILING_BASIS: limit.basis[:5000]})
+    if limit.exceeded_by(rate):
+        raise ImpossibleResult(impossible_reason(plan, device, limit, rate,
+                                                 plan.size.label(plan.operation)))
 
 
 def samples_text(samples_ms) -> str:
@@ -401,9 +460,9 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             if cfg.timing.flush_l2:
                 backend.flush_cache()  # after the restore, so the sample still starts cold
 
-    def timed() -> tuple[list, GpuState]:
+    def timed() -> tuple[Samples, GpuState]:
         with Monitor(gpu) as state:
-            taken = measure(lambda: backend.time_ms(enqueue), cfg.timing.warmup,
+            taken = measure(lambda: backend.time_ms(enqueue), Warmup.of(cfg.timing),
                             Repetitions.of(cfg.timing), f"{plan.name} on {backend.name}",
                             before_each)
         return taken, state
@@ -418,7 +477,6 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             raise RunError(f"{plan.name} was measured on a {gpu_state.hygiene} GPU twice "
                            f"({gpu_state.why()}); timing.require_clean=true records no such "
                            "number")
-    metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
     stats = TimeStats.of(samples)
     seconds = stats.median * 1e-3
     metrics.update({
@@ -426,13 +484,20 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         names.TIME_MS_MIN: stats.min,
         names.TIME_MS_MAX: stats.max, names.TIME_MS_Q1: stats.q1, names.TIME_MS_Q3: stats.q3,
         names.TIME_NOISE: _finite(stats.noise), names.TIME_SAMPLES: float(stats.repeats),
+        names.TIME_WARMUP_LAUNCHES: float(samples.warmup_launches),
         names.GFLOPS: plan.flops / seconds / 1e9 if plan.flops else None,
         names.GBPS: plan.min_bytes / seconds / 1e9,
     })
     recorder.metrics(metrics)
     recorder.text(samples_text(samples), names.SAMPLES_ARTIFACT)
     record_gpu_state(recorder, metrics, gpu_state, plan,
-                     launches=cfg.timing.warmup + len(samples))
+                     launches=samples.warmup_launches + len(samples))
+    judge_against_ceiling(recorder, metrics, plan, device, gpu, cfg.timing.flush_l2)
+    metrics[names.TIME_MS_CHECKED] = check_timed_launches(
+        backend, prepared, problem, check_cfg, cfg.seed, samples,
+        backend.flush_cache if cfg.timing.flush_l2 else None)
+    metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
+    recorder.metrics(metrics)
 
     on_phase("vendor")
     with Monitor(gpu) as vendor_gpu:
@@ -448,7 +513,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         if vendor.device:
             recorder.tags({names.VENDOR_DEVICE: vendor.device})
         for name, value in vendor.notes.items():
-            recorder.tags({f"vendor.{name}": value})
+            if name != "noisy":
+                recorder.tags({f"vendor.{name}": value})
+        if "noisy" in vendor.notes:  # measured, recorded, but no number is set against it
+            recorder.tags({names.VENDOR_UNUSABLE: vendor.notes["noisy"]})
         vendor_stats = TimeStats.of(vendor.samples_ms)
         vendor_seconds = vendor_stats.median * 1e-3
         metrics.update({
@@ -458,7 +526,8 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             names.VENDOR_REL_ERROR: vendor.rel_error,
             names.VENDOR_TIME_NOISE: _finite(vendor_stats.noise),
             names.VENDOR_TIME_SAMPLES: float(vendor_stats.repeats),
-            names.PCT_OF_VENDOR: 100.0 * vendor_stats.median / stats.median,
+            names.PCT_OF_VENDOR: None if "noisy" in vendor.notes else
+            100.0 * vendor_stats.median / stats.median,
         })
         if vendor.rel_error and metrics.get(names.CHECK_REL_ERROR) is not None:
             metrics[names.CHECK_ERROR_VS_VENDOR] = metrics[names.CHECK_REL_ERROR] / vendor.rel_error
@@ -470,9 +539,12 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                 "vendor_tf32/time_ms_median": tf32_median,
                 "vendor_tf32/gflops": plan.flops / (tf32_median * 1e-3) / 1e9,
                 "vendor_tf32/rel_error": vendor.tf32.rel_error,
-                names.PCT_OF_VENDOR_TF32: 100.0 * tf32_median / stats.median,
+                names.PCT_OF_VENDOR_TF32: None if "noisy" in vendor.tf32.notes else
+                100.0 * tf32_median / stats.median,
             })
             recorder.tags({"vendor_tf32.name": vendor.tf32.name})
+            if "noisy" in vendor.tf32.notes:
+                recorder.tags({"vendor_tf32.unusable": vendor.tf32.notes["noisy"]})
             recorder.text(samples_text(vendor.tf32.samples_ms),
                           names.VENDOR_TF32_SAMPLES_ARTIFACT)
         recorder.metrics(metrics)

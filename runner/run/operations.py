@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 from omegaconf import OmegaConf
 
+from runner.backends.base import POISON, POISON_BITS
 from runner.config.schema import Operation
 from runner.config.spec import ProblemSize
 
@@ -21,6 +22,7 @@ class CheckResult:
     rel_error: float  # relative Frobenius error (0.0 for an exact match)
     method: str  # how it was checked, in words
     detail: str = ""  # why it failed
+    launch_ms: Optional[float] = None  # the checked launch's own time (device events)
 
 
 @dataclass
@@ -78,13 +80,38 @@ def effective_check(cfg):
     return checked
 
 
-def _unwritten(result: np.ndarray) -> Optional[str]:
+def _first(mask: np.ndarray) -> str:
+    row, col = np.argwhere(mask)[0]
+    return f"[{row}, {col}]"
+
+
+def never_written(result: np.ndarray) -> np.ndarray:
+    """Where the output still holds the poison, bit for bit: elements the kernel never wrote."""
+    return result.view(np.uint32) == POISON_BITS
+
+
+def not_finite(result: np.ndarray) -> Optional[str]:
+    """Elements written as NaN or Inf (the poison itself is finite), in words; None if none."""
     bad = ~np.isfinite(result)
-    if bad.any():
-        row, col = np.argwhere(bad)[0]
-        return (f"{int(bad.sum())} of {result.size} output elements are not finite "
-                f"(first at [{row}, {col}]): unwritten or wrong")
-    return None
+    if not bad.any():
+        return None
+    return (f"{int(bad.sum())} of {result.size} output elements were written as NaN or Inf "
+            f"(first at {_first(bad)}: {float(result[bad][0])})")
+
+
+def _unwritten(never: np.ndarray) -> str:
+    return (f"{int(never.sum())} of {never.size} output elements were never written "
+            f"(first at {_first(never)}: still the poison {float(POISON):g})")
+
+
+def _worst(C: np.ndarray, reference: np.ndarray, rows=None, cols=None) -> str:
+    """Where C is furthest from the reference, in words ("worst at [r, c]: 1.5 instead of 2.0")."""
+    gap = np.abs(C - reference)
+    row, col = np.unravel_index(int(np.argmax(gap)), gap.shape)
+    at_row = int(rows[row]) if rows is not None else int(row)
+    at_col = int(cols[col]) if cols is not None else int(col)
+    return (f"worst at [{at_row}, {at_col}]: {float(C[row, col]):.7g} instead of "
+            f"{float(reference[row, col]):.7g}")
 
 
 _references: dict[tuple, tuple] = {}
@@ -121,11 +148,13 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
 
     Small problems: the whole product. Large ones: whole rows and whole columns of C at random
     positions, exact in float64 where they look and O((rows + cols) * K * N) to compute; every
-    element of C is still checked to be written (the output was poisoned with NaN).
+    element of C is still checked to be written (the output was poisoned, POISON_BITS) and
+    finite.
     """
-    problem = _unwritten(C)
+    problem = not_finite(C)
     if problem:
-        return CheckResult(False, float("nan"), "finite check", problem)
+        return CheckResult(False, float("nan"), "written and finite", problem)
+    never = never_written(C)
     M, K = A.shape
     N = B.shape[1]
     full = M * N * K <= full_reference_max_macs
@@ -146,21 +175,34 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
             reference = blend(reference)
         else:
             ref_rows, ref_cols = blend(ref_rows, rows_of=rows), blend(ref_cols, cols_of=cols)
+    # The error of what was written: an element still holding the poison counts as right here
+    # and is reported as never written; a wrong value anywhere else is the worse news (a kernel
+    # that adds to C leaves the poison as it was where its product is tiny).
     if full:
-        error = np.linalg.norm(C - reference) / max(np.linalg.norm(reference), 1e-300)
+        written = np.where(never, reference, C)
+        error = np.linalg.norm(written - reference) / max(np.linalg.norm(reference), 1e-300)
         method = "full float64 reference"
+        worst = lambda: _worst(written, reference)  # noqa: E731
     else:
-        diff = np.linalg.norm(C[rows] - ref_rows) ** 2 + np.linalg.norm(C[:, cols] - ref_cols) ** 2
+        written_rows = np.where(never[rows], ref_rows, C[rows])
+        written_cols = np.where(never[:, cols], ref_cols, C[:, cols])
+        diff = (np.linalg.norm(written_rows - ref_rows) ** 2
+                + np.linalg.norm(written_cols - ref_cols) ** 2)
         norm = np.linalg.norm(ref_rows) ** 2 + np.linalg.norm(ref_cols) ** 2
         error = np.sqrt(diff / max(norm, 1e-300))
         method = (f"float64 reference on {len(rows)} random rows and {len(cols)} random columns, "
-                  "finite check on all of C")
+                  "written and finite check on all of C")
+        worst = lambda: _worst(written_rows, ref_rows, rows=rows)  # noqa: E731
     if alpha != 1.0 or beta != 0.0:
         method += f" of alpha*A·B + beta*C0 (alpha={alpha:g}, beta={beta:g})"
     error = float(error)
     if not error <= tolerance:
+        unwritten = f"; besides, {_unwritten(never)}" if never.any() else ""
         return CheckResult(False, error, method,
-                           f"relative error {error:.3e} exceeds the tolerance {tolerance:.1e}")
+                           f"relative error {error:.3e} exceeds the tolerance {tolerance:.1e}: "
+                           f"wrong values, {worst()}{unwritten}")
+    if never.any():
+        return CheckResult(False, float("nan"), method, _unwritten(never))
     return CheckResult(True, error, method)
 
 
@@ -170,6 +212,9 @@ def check_exact(expected: np.ndarray, result: np.ndarray) -> CheckResult:
         return CheckResult(False, float("nan"), "bitwise", f"shape {result.shape} != "
                                                             f"{expected.shape}")
     differ = expected.view(np.uint32) != result.view(np.uint32)
+    never = differ & never_written(result)
+    if never.any():
+        return CheckResult(False, float("nan"), "bitwise equality", _unwritten(never))
     if differ.any():
         row, col = np.argwhere(differ)[0]
         return CheckResult(False, float("nan"), "bitwise equality",

@@ -15,6 +15,13 @@ times are skewed, often bimodal, and quantised by the timer), a few outliers mov
 a rank each and no further (as they move the median), and it is deterministic and costs one
 sort: cheap enough to check while sampling, unlike a bootstrap of thousands of resamples.
 MAD/sqrt(n) needs a factor that holds only for normal samples.
+
+Warm-up (`Warmup`): at least `timing.warmup` untimed launches, for at least `timing.warmup_min_s`
+seconds, and until the rate is steady: the median of the last STEADY_WINDOW warm-up samples
+within STEADY_TOLERANCE of the median of the STEADY_WINDOW before them; or until
+`timing.warmup_max_s`, steady or not. A count alone was not enough: on a freshly started H100 the
+first sweep's cuBLAS at 1024 ran at half its rate for a whole run of 5 + 20 launches (the clocks
+had not come up), and that baseline was reused by four jobs.
 """
 
 import math
@@ -30,6 +37,8 @@ from runner.terminal import progress as progress_bars
 # is narrower than the samples' whole range ([x(2), x(9)] of 10, 97.9% coverage).
 MIN_SAMPLES = 10
 _Z95 = 1.959963984540054  # the standard normal's 97.5% quantile: a two-sided 95% interval
+STEADY_WINDOW = 3  # warm-up samples in each of the two windows whose medians must agree
+STEADY_TOLERANCE = 0.05  # how far apart those medians may be for the rate to count as steady
 
 
 def median_interval_ranks(count: int) -> tuple[int, int]:
@@ -104,36 +113,97 @@ class Repetitions:
         return (self.repeats, self.target_noise, self.min_time_s, self.max_time_s)
 
 
-def measure(time_once_ms: Callable[[], float], warmup: int, repeats: Union[int, Repetitions],
-            label: str, before_each: Optional[Callable[[], None]] = None,
-            clock: Callable[[], float] = time.perf_counter) -> list[float]:
-    """Run `warmup` untimed samples, then return the timed ones (milliseconds): `repeats` of
-    them, or as many as a Repetitions with a target noise asks for (see the module's doc).
+@dataclass(frozen=True)
+class Warmup:
+    """How long to warm up before timing (see the module's doc): at least `launches` untimed
+    launches over at least `min_s` seconds, then until the rate is steady or `max_s` has passed.
+    Warmup(n) is n launches and nothing more; Warmup(0, …) none at all."""
+    launches: int
+    min_s: float = 0.0
+    max_s: float = 0.0
+
+    @classmethod
+    def of(cls, timing_cfg) -> "Warmup":
+        get = timing_cfg.get if hasattr(timing_cfg, "get") else \
+            lambda key, default=None: getattr(timing_cfg, key, default)
+        return cls(int(timing_cfg.warmup), float(get("warmup_min_s", 0.0)),
+                   float(get("warmup_max_s", 0.0)))
+
+    def key(self) -> tuple:
+        return (self.launches, self.min_s, self.max_s)
+
+
+def steady(samples_ms: list[float]) -> bool:
+    """The last STEADY_WINDOW samples' median within STEADY_TOLERANCE of the median of the
+    STEADY_WINDOW before them (medians: one launch preempted by the host does not count)."""
+    if len(samples_ms) < 2 * STEADY_WINDOW:
+        return False
+    last = float(np.median(samples_ms[-STEADY_WINDOW:]))
+    before = float(np.median(samples_ms[-2 * STEADY_WINDOW:-STEADY_WINDOW]))
+    return before > 0 and abs(last / before - 1) <= STEADY_TOLERANCE
+
+
+class Samples(list):
+    """Timed samples (milliseconds), and how many warm-up launches came before them."""
+    warmup_launches: int = 0
+    warmup_steady: bool = True  # False: warm-up ran out of time (warmup_max_s) unsteady
+
+
+def _warm_up(time_once_ms, warmup: Warmup, before_each, clock, advance) -> tuple[int, bool]:
+    """The warm-up launches; returns how many there were and whether the rate became steady."""
+    started = clock()
+    taken: list[float] = []
+    # No launches asked for: none at all (a cold first sample is what such a user measures).
+    timed_rule = warmup.launches > 0 and (warmup.min_s > 0 or warmup.max_s > 0)
+    while True:
+        if len(taken) >= max(0, warmup.launches) and not timed_rule:
+            return len(taken), True
+        elapsed = clock() - started
+        if len(taken) >= max(0, warmup.launches) and timed_rule:
+            if elapsed >= warmup.min_s and steady(taken):
+                return len(taken), True
+            if elapsed >= max(warmup.max_s, warmup.min_s):
+                return len(taken), False
+        if before_each is not None:
+            before_each()
+        taken.append(time_once_ms())
+        advance()
+
+
+def measure(time_once_ms: Callable[[], float], warmup: Union[int, Warmup],
+            repeats: Union[int, Repetitions], label: str,
+            before_each: Optional[Callable[[], None]] = None,
+            clock: Callable[[], float] = time.perf_counter) -> Samples:
+    """Warm up (a count, or a Warmup), then return the timed samples (milliseconds): `repeats`
+    of them, or as many as a Repetitions with a target noise asks for (see the module's doc).
     `before_each` (e.g. an L2 flush) runs before every sample, outside its timed span.
-    `clock` (seconds) measures the adaptive mode's time limits; tests give a fake one."""
+    `clock` (seconds) measures the time limits; tests give a fake one."""
     rule = repeats if isinstance(repeats, Repetitions) else Repetitions(repeats)
+    warm = warmup if isinstance(warmup, Warmup) else Warmup(int(warmup))
     if not rule.adaptive:
-        return _fixed(time_once_ms, warmup, rule.repeats, label, before_each)
-    return _adaptive(time_once_ms, warmup, rule, label, before_each, clock)
+        return _fixed(time_once_ms, warm, rule.repeats, label, before_each, clock)
+    return _adaptive(time_once_ms, warm, rule, label, before_each, clock)
 
 
-def _fixed(time_once_ms, warmup: int, repeats: int, label: str, before_each) -> list[float]:
+def _fixed(time_once_ms, warmup: Warmup, repeats: int, label: str, before_each,
+           clock=time.perf_counter) -> Samples:
     if repeats < 1:
         raise ValueError("timing.repeats must be >= 1")
-    samples = []
-    with progress_bars.task(label, warmup + repeats) as (progress, task):
-        for index in range(max(0, warmup) + repeats):
+    samples = Samples()
+    with progress_bars.task(label, max(0, warmup.launches) + repeats) as (progress, task):
+        samples.warmup_launches, samples.warmup_steady = _warm_up(
+            time_once_ms, warmup, before_each, clock, lambda: progress.advance(task))
+        _set_total(progress, task, samples.warmup_launches + repeats)
+        for _ in range(repeats):
             if before_each is not None:
                 before_each()
-            sample = time_once_ms()
-            if index >= warmup:
-                samples.append(sample)
+            samples.append(time_once_ms())
             progress.advance(task)
     return samples
 
 
-def _adaptive(time_once_ms, warmup: int, rule: Repetitions, label: str, before_each,
-              clock) -> list[float]:
+def _adaptive(time_once_ms, warmup: Warmup, rule: Repetitions, label: str, before_each,
+              clock) -> Samples:
     """The adaptive loop. The stability check sorts the samples, so it runs at every sample
     up to 100 and then each time their count has grown by 5%: a sort per sample would make a
     run of a fast kernel's 100,000 samples quadratic. The bar's total is an estimate, updated
@@ -142,14 +212,12 @@ def _adaptive(time_once_ms, warmup: int, rule: Repetitions, label: str, before_e
     target = float(rule.target_noise)
     if not target > 0:
         raise ValueError("timing.target_noise must be > 0")
-    warmup = max(0, warmup)
-    samples: list[float] = []
-    with progress_bars.task(f"{label} (to ±{target:.2%})", warmup + MIN_SAMPLES) as (bar, task):
-        for _ in range(warmup):
-            if before_each is not None:
-                before_each()
-            time_once_ms()
-            bar.advance(task)
+    samples = Samples()
+    with progress_bars.task(f"{label} (to ±{target:.2%})",
+                            max(0, warmup.launches) + MIN_SAMPLES) as (bar, task):
+        samples.warmup_launches, samples.warmup_steady = _warm_up(
+            time_once_ms, warmup, before_each, clock, lambda: bar.advance(task))
+        warmup = samples.warmup_launches
         started = clock()
         next_check = MIN_SAMPLES
         while True:

@@ -43,7 +43,7 @@ from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
-STATUSES = ("ok", "cached", "refused", "failed", "timeout")
+STATUSES = ("ok", "cached", "refused", "failed", "impossible", "timeout")
 log = logging.getLogger(__name__)
 
 
@@ -135,7 +135,7 @@ class SweepSummary:
                 continue
             status = _status(run)
             summary.counts[status] += 1
-            if status in ("refused", "failed", "timeout"):
+            if status in ("refused", "failed", "impossible", "timeout"):
                 reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
                 summary.reasons[f"{status}: {reason}"] += 1
                 continue
@@ -169,6 +169,8 @@ class SweepSummary:
         return (f"{total} jobs: {self.counts['ok']} measured, {self.counts['cached']} cached "
                 f"(measured before), {self.counts['refused']} refused by constraints or limits, "
                 f"{self.counts['failed']} failed"
+                + (f", {self.counts['impossible']} impossible (faster than the device can be)"
+                   if self.counts["impossible"] else "")
                 + (f", {self.counts['timeout']} timed out" if self.counts["timeout"] else "")
                 + (f", {self.counts['killed']} interrupted" if self.counts["killed"] else ""))
 

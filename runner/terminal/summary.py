@@ -32,8 +32,12 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     else:
         rate = f"{_number(metrics.get(names.GBPS), ',.1f')} GB/s"
     vendor = ""
-    if outcome.vendor is not None:
+    if outcome.vendor is not None and metrics.get(names.PCT_OF_VENDOR) is None:
+        vendor = f" · no % of {outcome.vendor.name} (its baseline stayed noisy)"
+    elif outcome.vendor is not None:
         vendor = f" · {metrics[names.PCT_OF_VENDOR]:.1f}% of {outcome.vendor.name}"
+    if metrics.get(names.PCT_OF_PEAK) is not None:
+        vendor += f" · {metrics[names.PCT_OF_PEAK]:.1f}% of peak"
     error = "exact" if plan.operation.value != "sgemm" else f"err {outcome.check.rel_error:.1e}"
     registers = _number(outcome.main_resources.registers, "d")
     launches = ""
