@@ -156,6 +156,9 @@ def _run(cfg: DictConfig) -> Optional[float]:
         return 0.0  # verified and clean, but nothing was timed: no rate
     gpu = result.outcome.gpu
     unclean = f" · GPU {gpu.hygiene}" if gpu is not None and gpu.hygiene != "clean" else ""
+    host = result.outcome.host
+    if host is not None and host.hygiene == "shared":
+        unclean += " · host shared"
     recorder.finish(headline=headline(result.outcome.metrics) + unclean)
     print_summary(result.outcome, backend_name, where)
     return _rate(result.outcome.metrics)

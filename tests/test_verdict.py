@@ -1,16 +1,26 @@
-"""compare's statistics on synthetic samples with known answers (runner/results/verdict.py)."""
+"""compare's statistics on synthetic samples with known answers (runner/results/verdict.py):
+the verdict on two sets of samples, the min effect that run-to-run drift sets, and what a side
+measured beside other work leaves of a verdict."""
 
 import numpy as np
 import pytest
 
+from runner.record import names
+from runner.results import verdict as verdicts
 from runner.results.verdict import (
     FASTER,
+    RUN_TO_RUN_FLOOR,
     SAME,
     SLOWER,
     UNCLEAR,
     Thresholds,
     bootstrap_medians,
+    drift,
     judge,
+    min_effect_for,
+    qualified,
+    unclean_note,
+    with_hygiene,
 )
 
 
@@ -102,3 +112,111 @@ def test_the_bootstrap_medians_match_resampling(count):
     resampled = np.median(rng.choice(samples, (40_000, count)), axis=1)
     for q in (2.5, 25, 50, 75, 97.5):
         assert np.percentile(drawn, q) == pytest.approx(np.percentile(resampled, q), rel=0.03)
+
+
+# ---------------------------------------------------------------- the min effect between runs
+
+@pytest.fixture
+def floors(monkeypatch):
+    """Round floors, so that the answers below are known whatever the measured ones become."""
+    monkeypatch.setitem(RUN_TO_RUN_FLOOR, "gpu", 0.03)
+    monkeypatch.setitem(RUN_TO_RUN_FLOOR, "cpu", 0.5)
+    monkeypatch.setattr(verdicts, "UNKNOWN_DEVICE_FLOOR", 0.5)
+
+
+def test_drift_is_the_same_either_way_round():
+    assert drift(1.0, 1.25) == pytest.approx(0.25) == drift(1.25, 1.0)
+    assert drift(2.0, 2.0) == 0
+
+
+def test_the_min_effect_is_the_largest_of_three(floors):
+    # The user's, where it is the largest.
+    effect = min_effect_for(0.10, ["gpu"], [("1024", 1.0, 1.01)])
+    assert effect.value == 0.10 and effect.source().startswith("±10.0% from --min-effect 10.0%")
+    # The device type's floor.
+    effect = min_effect_for(0.02, ["gpu", "gpu"], [("1024", 1.0, 1.01)])
+    assert effect.value == 0.03 and effect.floor == 0.03 and effect.drift == pytest.approx(0.01)
+    assert "from gpu run-to-run floor 3%" in effect.source()
+    assert "--min-effect 2.0%" in effect.source() and "1.0% at 1024" in effect.source()
+    # The vendor baseline's drift between A and B, at its largest: 1.0 against 0.8 is 25%.
+    effect = min_effect_for(0.02, ["gpu"], [("1024", 1.0, 1.02), ("2048", 1.0, 0.8)])
+    assert effect.value == pytest.approx(0.25) and effect.drift_at == "2048"
+    assert "from the vendor baseline's drift between A and B (25.0% at 2048)" in effect.source()
+    assert min_effect_for(0.02, ["cpu"], [("128", 1.0, 1.3)]).value == 0.5
+
+
+def test_the_floor_follows_the_device_type(floors):
+    assert min_effect_for(0.0, ["gpu"]).value == 0.03
+    assert min_effect_for(0.0, ["cpu"]).value == 0.5
+    assert min_effect_for(0.0, ["cpu", "gpu"]).value == 0.5, "across two types: the wider"
+    # Not recorded (or an accelerator): the widest, since a false FASTER costs more.
+    assert min_effect_for(0.0, [None]).value == 0.5
+    assert min_effect_for(0.0, ["accelerator"]).value == 0.5
+
+
+def test_a_missing_or_broken_vendor_median_is_no_drift(floors):
+    effect = min_effect_for(0.02, ["gpu"], [("64", None, 1.0), ("128", 0.0, 1.0),
+                                            ("192", float("nan"), 1.0)])
+    assert effect.value == 0.03 and effect.drift is None
+    assert "no vendor baseline on both sides" in effect.source()
+
+
+def test_the_measured_floors():
+    """The GPU's goal is a first and second sweep within 3%; the CPU's floor is wider than the
+    A/A drift measured on the 2-vCPU host with nothing else running (docs/methodology.md)."""
+    assert RUN_TO_RUN_FLOOR["gpu"] == 0.03
+    assert RUN_TO_RUN_FLOOR["cpu"] > RUN_TO_RUN_FLOOR["gpu"]
+    assert verdicts.UNKNOWN_DEVICE_FLOOR == max(RUN_TO_RUN_FLOOR.values())
+
+
+def test_a_drift_between_runs_inside_the_floor_is_not_a_difference(floors):
+    """Two runs of the same code 30% apart (the CPU's kind of drift): each run's samples agree
+    so well that the U test calls it significant; the CPU's floor keeps it from FASTER."""
+    rng = np.random.default_rng(12)
+    a, b = gpu_like(rng, 1.0), gpu_like(rng, 1.3)
+    assert judge(a, b).verdict == SLOWER, "at the user's 2% alone"
+    effect = min_effect_for(0.02, ["cpu"])
+    judged = judge(a, b, Thresholds(min_effect=effect.value))
+    assert judged.verdict not in (FASTER, SLOWER) and judged.min_effect == 0.5
+    # A ladder step's 4x is still a difference.
+    assert judge(a, gpu_like(rng, 0.25), Thresholds(min_effect=effect.value)).verdict == FASTER
+
+
+def test_a_same_at_a_raised_min_effect_says_how_coarse(floors):
+    rng = np.random.default_rng(14)
+    same = judge(*(gpu_like(rng, 1.0) for _ in range(2)))
+    assert qualified(same, min_effect_for(0.05, ["gpu"])) is same, "the user's own δ"
+    coarse = qualified(same, min_effect_for(0.02, ["cpu"]))
+    assert coarse.verdict == SAME and coarse.note == "the same within ±50%, not ±2%"
+    # The vendor baseline 365 times slower on one side: no SAME can mean anything at that δ.
+    vacuous = qualified(same, min_effect_for(0.02, ["cpu"], [("128", 15.8, 0.0433)]))
+    assert vacuous.verdict == UNCLEAR and "too wide for SAME" in vacuous.note
+    faster = judge(gpu_like(rng, 1.0), gpu_like(rng, 0.1))
+    assert qualified(faster, min_effect_for(0.02, ["cpu"])) is faster
+
+
+# ---------------------------------------------------------------- a side beside other work
+
+def test_unclean_sides_are_named():
+    assert unclean_note({}, {}) == "", "no tags (older records): unknown, not unclean"
+    assert unclean_note({names.HOST_HYGIENE: "clean"}, {names.GPU_HYGIENE: "clean"}) == ""
+    assert unclean_note({names.HOST_HYGIENE: "shared"}, {}) == "not clean: A's host shared"
+    assert unclean_note({names.GPU_HYGIENE: "shared"},
+                        {names.HOST_HYGIENE: "shared", names.GPU_HYGIENE: "throttled"}) == \
+        "not clean: A's GPU shared; B's host shared, GPU throttled"
+
+
+def test_beside_other_work_only_a_large_difference_stands():
+    rng = np.random.default_rng(13)
+    a = gpu_like(rng, 1.0)
+    note = "not clean: B's host shared"
+    same = judge(a, gpu_like(rng, 1.0))
+    assert same.verdict == SAME and with_hygiene(same, "") is same
+    assert with_hygiene(same, note).verdict == UNCLEAR
+    assert with_hygiene(same, note).note.startswith(note)
+    faster = judge(a, gpu_like(rng, 1 / 1.5))
+    assert faster.verdict == FASTER and with_hygiene(faster, note).verdict == UNCLEAR
+    much_faster = with_hygiene(judge(a, gpu_like(rng, 1 / 7)), note)
+    assert much_faster.verdict == FASTER and "beyond the 3x" in much_faster.note
+    much_slower = with_hygiene(judge(a, gpu_like(rng, 7.0)), note)
+    assert much_slower.verdict == SLOWER

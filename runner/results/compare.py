@@ -16,6 +16,18 @@ what was left out of the pairing (two kernels under `--pair-by size`) are an err
 
 Each pair gets the ratio of medians with its 95% interval, Mann-Whitney's p and a verdict:
 runner/results/verdict.py says how, and docs/methodology.md#is-b-faster-than-a why.
+
+Two runs of the same code drift apart by more than the samples inside one run say, so the min
+effect δ is not only `--min-effect`: for each device it is the largest of that, the device
+type's run-to-run floor (GPU 3%; CPU 200%, i.e. 3x) and the vendor baseline's drift between A
+and B (the same library on the same problem, measured in each run: an A/A measurement taken at
+the moments A and B ran). The table's caption says which set it. A side measured beside other
+work (host.hygiene not clean, gpu.hygiene shared or throttled) is UNCLEAR unless the difference
+is beyond 3x. Measured on a 2-vCPU Xeon with PoCL, 10 pairs of A/A sweeps (matmul_1..3 at
+128 and 192) on a clean host: 28 FASTER or SLOWER of 60 at the old fixed 2%, none now; with
+the host shared by a test suite, 19 of 36 then, none now; matmul_1 against matmul_3 at 64
+(5x apart) FASTER in 20 of 20 sweeps (docs/methodology.md#is-b-faster-than-a).
+
 `--fail-on-slower 3%` exits 1 when a pair is SLOWER by more than 3% (a CI gate); `--out F.md`
 writes the table as Markdown; `--log` records it as a run of its own, in the experiment
 `gemmlab-compare` of the same store (never among the data a report reads, nor inside a
@@ -29,7 +41,7 @@ import re
 import shlex
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -42,12 +54,20 @@ from runner.results.verdict import (
     SLOWER,
     UNCLEAR,
     VERDICTS,
+    MinEffect,
     Thresholds,
     Verdict,
     judge,
+    min_effect_for,
+    qualified,
+    unclean_note,
+    with_hygiene,
 )
 
 PAIR_FIELDS = ("kernel", "params", "size", "backend", "device")
+# Tags that say how a vendor baseline went rather than what it was (the latter's older name):
+# two baselines that differ only in these are still the same code, the same setting.
+_VENDOR_OUTCOME_TAGS = (names.VENDOR_UNUSABLE, "vendor.noisy")
 _STATUS_COLOURS = {FASTER: "green", SLOWER: "red", SAME: "", UNCLEAR: "yellow"}
 
 
@@ -65,6 +85,7 @@ class Pair:
     a: object  # the MLflow runs
     b: object
     verdict: Verdict
+    min_effect: Optional[MinEffect] = None  # the δ it was judged with, and where it came from
 
 
 @dataclass
@@ -76,6 +97,8 @@ class Comparison:
     pairs: list[Pair]
     only_a: list = field(default_factory=list)  # pair keys with a run of A and none of B
     only_b: list = field(default_factory=list)
+    # The δ of each group of pairs on one device (A's, B's): see min_effects_of.
+    min_effects: dict = field(default_factory=dict)
 
     def counts(self) -> dict[str, int]:
         return {v: sum(p.verdict.verdict == v for p in self.pairs) for v in VERDICTS}
@@ -238,17 +261,51 @@ def samples_of(mlflow_client, run, folder: str) -> Optional[list[float]]:
 
 
 def verdict_of(mlflow_client, run_a, run_b, thresholds: Thresholds, folder: str) -> Verdict:
+    """The pair's verdict at `thresholds` (their δ already the pair's own), and what a side
+    measured beside other work leaves of it (verdict.with_hygiene)."""
     a, b = samples_of(mlflow_client, run_a, folder), samples_of(mlflow_client, run_b, folder)
     clock_a = run_a.data.metrics.get(names.GPU_SM_CLOCK_MHZ)
     clock_b = run_b.data.metrics.get(names.GPU_SM_CLOCK_MHZ)
     if a and b:
-        return judge(a, b, thresholds, clock_a, clock_b)
-    median_a = run_a.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
-    median_b = run_b.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
-    missing = " and ".join(side for side, s in (("A", a), ("B", b)) if not s)
-    return Verdict(UNCLEAR, median_a / median_b, math.nan, math.nan, math.nan, median_a,
-                   median_b, len(a or ()), len(b or ()),
-                   note=f"no recorded samples ({names.SAMPLES_ARTIFACT}) for {missing}")
+        verdict = judge(a, b, thresholds, clock_a, clock_b)
+    else:
+        median_a = run_a.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
+        median_b = run_b.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
+        missing = " and ".join(side for side, s in (("A", a), ("B", b)) if not s)
+        verdict = Verdict(UNCLEAR, median_a / median_b, math.nan, math.nan, math.nan, median_a,
+                          median_b, len(a or ()), len(b or ()),
+                          note=f"no recorded samples ({names.SAMPLES_ARTIFACT}) for {missing}",
+                          min_effect=thresholds.min_effect)
+    return with_hygiene(verdict, unclean_note(run_a.data.tags, run_b.data.tags))
+
+
+def _device_group(run_a, run_b) -> tuple[str, str]:
+    return field_value(run_a, "device"), field_value(run_b, "device")
+
+
+def _vendor_setting(run) -> dict:
+    """What the run's vendor baseline was: the library, where it ran, its threads."""
+    return {name: value for name, value in run.data.tags.items()
+            if name.startswith("vendor.") and name not in _VENDOR_OUTCOME_TAGS}
+
+
+def min_effects_of(paired: list, requested: float) -> dict[tuple, MinEffect]:
+    """δ for each group of pairs on one device (A's, B's): the largest of the user's, the
+    device type's run-to-run floor, and how far the vendor baselines of the group's pairs
+    drifted between A and B (verdict.py's module doc says why). A baseline is measured once
+    per problem and reused by the sweep's jobs, so its drift is labelled by the size."""
+    groups: dict[tuple, list] = {}
+    for _, run_a, run_b in paired:
+        groups.setdefault(_device_group(run_a, run_b), []).append((run_a, run_b))
+    found = {}
+    for group, runs in groups.items():
+        types = {run.data.tags.get(names.DEVICE_TYPE) for pair in runs for run in pair}
+        medians = [(field_value(run_a, "size"),
+                    run_a.data.metrics.get(names.VENDOR_TIME_MS_MEDIAN),
+                    run_b.data.metrics.get(names.VENDOR_TIME_MS_MEDIAN))
+                   for run_a, run_b in runs if _vendor_setting(run_a) == _vendor_setting(run_b)]
+        found[group] = min_effect_for(requested, types, medians)
+    return found
 
 
 def compare(mlflow_client, a: Selection, b: Selection, pair_by: tuple = PAIR_FIELDS,
@@ -263,11 +320,15 @@ def compare(mlflow_client, a: Selection, b: Selection, pair_by: tuple = PAIR_FIE
             f"{','.join(pair_by)}: A has {keys(only_a)}, B has {keys(only_b)} (--pair-by "
             f"chooses what must match)")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # one per file
+    min_effects = min_effects_of(paired, thresholds.min_effect)
+    pairs = []
     with tempfile.TemporaryDirectory() as folder:
-        pairs = [Pair(key, run_a, run_b, verdict_of(mlflow_client, run_a, run_b, thresholds,
-                                                    folder))
-                 for key, run_a, run_b in paired]
-    return Comparison(a, b, tuple(pair_by), thresholds, pairs, only_a, only_b)
+        for key, run_a, run_b in paired:
+            min_effect = min_effects[_device_group(run_a, run_b)]
+            own = replace(thresholds, min_effect=min_effect.value)
+            verdict = qualified(verdict_of(mlflow_client, run_a, run_b, own, folder), min_effect)
+            pairs.append(Pair(key, run_a, run_b, verdict, min_effect))
+    return Comparison(a, b, tuple(pair_by), thresholds, pairs, only_a, only_b, min_effects)
 
 
 # ---------------------------------------------------------------- output
@@ -329,8 +390,19 @@ def summary(comparison: Comparison) -> str:
 def settings_line(comparison: Comparison) -> str:
     t = comparison.thresholds
     return (f"paired by {','.join(comparison.pair_by)}; FASTER/SLOWER: Mann-Whitney U p < "
-            f"{t.alpha:g} and the speed ratio beyond ±{t.min_effect:.1%}; SAME: its 95% interval "
-            f"within ±{t.min_effect:.1%}")
+            f"{t.alpha:g} and the speed ratio beyond the min effect ±δ; SAME: its 95% interval "
+            f"within ±δ; UNCLEAR: neither, or a side measured beside other work")
+
+
+def min_effect_lines(comparison: Comparison) -> list[str]:
+    """δ and where it came from: one line, or one per device where the pairs span several."""
+    several = len(comparison.min_effects) > 1
+    lines = []
+    for (device_a, device_b), min_effect in comparison.min_effects.items():
+        where = (f" on {device_a}" if device_a == device_b else
+                 f" on {device_a} → {device_b}") if several else ""
+        lines.append(f"min effect δ{where} {min_effect.source()}")
+    return lines
 
 
 def markdown(comparison: Comparison, command: str = "", uri: str = "") -> str:
@@ -342,7 +414,8 @@ def markdown(comparison: Comparison, command: str = "", uri: str = "") -> str:
              f"- B: `{comparison.b.selector}`: {comparison.b.label}, "
              f"{len(comparison.b.runs)} measured runs",
              f"- devices: {_devices(comparison)}",
-             f"- {settings_line(comparison)}"]
+             f"- {settings_line(comparison)}",
+             *(f"- {line}" for line in min_effect_lines(comparison))]
     if uri:
         lines.append(f"- store: `{uri}`")
     if command:
@@ -366,7 +439,8 @@ def print_table(comparison: Comparison, console=None) -> None:
             console = Console(highlight=False, width=200)
     columns = _columns(comparison)
     table = Table(title=f"B ({comparison.b.label}) against A ({comparison.a.label})",
-                  caption=settings_line(comparison))
+                  caption="\n".join([settings_line(comparison),
+                                      *min_effect_lines(comparison)]))
     for name, _ in columns:
         table.add_column(name)
     for header in HEADERS:
@@ -436,8 +510,12 @@ def main(argv=None, prog: str = "python -m runner.compare") -> int:
     parser = argparse.ArgumentParser(
         prog=prog, description=__doc__.splitlines()[0],
         epilog="Verdicts: FASTER/SLOWER where Mann-Whitney's U finds a difference (p < --alpha) "
-               "beyond --min-effect; SAME where the 95% interval of the speed ratio is inside "
-               "±--min-effect; UNCLEAR otherwise, or where the SM clocks explain it.")
+               "beyond the min effect δ; SAME where the 95% interval of the speed ratio is "
+               "inside ±δ; UNCLEAR otherwise, where the SM clocks explain it, or where a side "
+               "was measured beside other work (host.hygiene or gpu.hygiene not clean) and the "
+               "difference is within 3x. δ is "
+               "the largest of --min-effect, the device type's run-to-run floor, and how far "
+               "the vendor library's baseline drifted between A and B.")
     parser.add_argument("a", metavar="A", help="the baseline: a run or sweep id (or its first "
                                                "characters), an experiment, a run name, or "
                                                "tag:<name>=<value>")
@@ -448,7 +526,9 @@ def main(argv=None, prog: str = "python -m runner.compare") -> int:
                         help=f"fields that must match for two runs to pair (default: "
                              f"{','.join(PAIR_FIELDS)}; e.g. size to compare two kernels)")
     parser.add_argument("--min-effect", type=fraction, default=Thresholds.min_effect,
-                        help="the smallest change that counts (default 2%%)")
+                        help="the smallest change that counts (default 2%%); raised to the "
+                             "device's run-to-run floor and the vendor baseline's drift "
+                             "between A and B where those are larger")
     parser.add_argument("--alpha", type=float, default=Thresholds.alpha,
                         help="the U test's significance level (default 0.05)")
     parser.add_argument("--fail-on-slower", type=fraction, metavar="PCT",

@@ -24,16 +24,52 @@ samples a 0.1% shift is significant. So, with δ = `min_effect` (default 2%) and
   clock_A, as if the kernel were bound by the clock) and a FASTER or SLOWER whose scaled ratio
   falls inside the band, or on the other side of 1, is UNCLEAR (nvbench's clock-aware check:
   the GPU changed, maybe not the kernel).
+
+Samples inside one run agree far better than two runs of the same code do, so δ is not only
+the user's: `min_effect_for` raises it to what runs drift apart on this machine now,
+
+    δ = max(--min-effect, RUN_TO_RUN_FLOOR[device type], largest vendor drift among the pairs)
+
+- the floor: how far two A/A sweeps of the same code drifted, measured per device type (GPU
+  3%: an H100's first and second sweep within 1%; CPU: see RUN_TO_RUN_FLOOR);
+- the vendor drift: every record holds the vendor library's median on the same problem,
+  measured in the same run; that library is the same code on both sides, so its ratio between
+  A and B is an A/A measurement of how far the two runs drifted, taken at the very moments
+  they ran. Pairs whose baselines were not the same setting (numpy's BLAS on a different
+  number of threads) say nothing of drift and are left out.
+
+A side measured beside other work (host.hygiene not `clean`, gpu.hygiene `shared` or
+`throttled`; `unclean_note` names it) drifts further still, by as much as the neighbour took:
+its pair is UNCLEAR, SAME included, unless the difference is beyond UNCLEAN_MIN_EFFECT (3x),
+wider than any A/A drift seen on a shared host; a ladder step 5 times faster is still FASTER
+on a busy machine (`with_hygiene`). A SAME at a raised δ says how coarse it is (`qualified`).
 """
 
 import math
-from dataclasses import dataclass
-from typing import Optional, Sequence
+from dataclasses import dataclass, replace
+from typing import Iterable, Optional, Sequence
 
 import numpy as np
 
+from runner.record import names
+
 FASTER, SLOWER, SAME, UNCLEAR = "FASTER", "SLOWER", "SAME", "UNCLEAR"
 VERDICTS = (FASTER, SLOWER, SAME, UNCLEAR)
+
+# How far two sweeps of the same code drift apart (the speed ratio's distance from 1), by the
+# record's device.type; the measurements are in docs/methodology.md#is-b-faster-than-a.
+# GPU: an H100's A/A sweeps agreed within 1% (9 pairs), the goal is 3%. CPU (PoCL on a 2-vCPU
+# Xeon, host clean): a kernel's launches take one of two or three times (1 core or 2: 0.62 or
+# 1.2 ms) and the median lands on either from run to run: A/A drift reached 2.3x, the modes
+# lie 2.7x apart, so 3x.
+RUN_TO_RUN_FLOOR = {"gpu": 0.03, "cpu": 2.0}
+# A device type not recorded (or neither cpu nor gpu) gets the widest floor: a false FASTER
+# costs more than an UNCLEAR.
+UNKNOWN_DEVICE_FLOOR = max(RUN_TO_RUN_FLOOR.values())
+UNCLEAN_GPU = ("shared", "throttled")
+# Beside other work: FASTER/SLOWER only beyond 3x. The widest A/A drift measured with the host
+# shared (2-vCPU Xeon, PoCL, a test suite using 0.75-1.8 of its 2 cores) was 2.6x.
+UNCLEAN_MIN_EFFECT = 2.0
 
 
 @dataclass(frozen=True)
@@ -62,11 +98,107 @@ class Verdict:
     count_b: int
     clock_speedup: Optional[float] = None  # the speedup with B's time scaled to A's SM clock
     note: str = ""
+    min_effect: Optional[float] = None  # the δ it was judged with
 
     @property
     def change(self) -> float:
         """B's time against A's, as a signed fraction: -0.09 is 9% less time (faster)."""
         return 1 / self.speedup - 1
+
+
+@dataclass(frozen=True)
+class MinEffect:
+    """The δ a group of pairs is judged with, and where it came from."""
+    value: float
+    requested: float  # --min-effect
+    floor: float  # RUN_TO_RUN_FLOOR of the pairs' device type
+    device_type: str  # "cpu", "gpu", "cpu/gpu" across two types, "" unknown
+    drift: Optional[float] = None  # the largest vendor drift among the pairs, None without one
+    drift_at: str = ""  # the pair it was seen at
+
+    def source(self) -> str:
+        """One line: δ, what set it, and the other candidates: "±4.0% from the vendor
+        baseline's drift between A and B (4.0% at 1024); gpu run-to-run floor 3%, --min-effect
+        2.0%"."""
+        floor = f"{self.device_type or 'unknown device'} run-to-run floor {self.floor:.0%}"
+        requested = f"--min-effect {self.requested:.1%}"
+        candidates = [(self.requested, requested), (self.floor, floor)]
+        if self.drift is not None:
+            candidates.append((self.drift, f"the vendor baseline's drift between A and B "
+                                           f"({self.drift:.1%} at {self.drift_at})"))
+        winner = max(candidates, key=lambda c: c[0])[1]
+        others = [text for _, text in candidates if text != winner]
+        if self.drift is None:
+            others.append("no vendor baseline on both sides")
+        return f"±{self.value:.1%} from {winner}; {', '.join(others)}"
+
+
+def drift(a_ms: float, b_ms: float) -> float:
+    """How far apart two medians of the same code are, either way round: 0.25 is 1.25x."""
+    ratio = a_ms / b_ms
+    return max(ratio, 1 / ratio) - 1
+
+
+def min_effect_for(requested: float, device_types: Iterable[Optional[str]],
+                   vendor_medians: Iterable[tuple[str, float, float]] = ()) -> MinEffect:
+    """δ for pairs on devices of `device_types` (each side's device.type tag), whose vendor
+    baselines had medians (where, A ms, B ms) in `vendor_medians` (only pairs whose baselines
+    were the same setting on both sides: see the module's doc)."""
+    types = sorted({t or "" for t in device_types})
+    floor = max((RUN_TO_RUN_FLOOR.get(t, UNKNOWN_DEVICE_FLOOR) for t in types),
+                default=UNKNOWN_DEVICE_FLOOR)
+    drifts = [(drift(a, b), where) for where, a, b in vendor_medians
+              if a and b and a > 0 and b > 0 and math.isfinite(a) and math.isfinite(b)]
+    largest, where = max(drifts, default=(None, ""))
+    value = max(requested, floor, largest or 0.0)
+    return MinEffect(value, requested, floor, "/".join(t for t in types if t), largest, where)
+
+
+def unclean_note(tags_a: dict, tags_b: dict) -> str:
+    """Which side was measured beside other work, in words ("" where neither was): "not clean:
+    A's host shared; B's GPU throttled". An absent tag (a record older than the check, or a
+    device without one) is unknown, not unclean; the reasons stay in each record's tags."""
+    parts = []
+    for side, tags in (("A", tags_a), ("B", tags_b)):
+        host, gpu = tags.get(names.HOST_HYGIENE), tags.get(names.GPU_HYGIENE)
+        states = ([f"host {host}"] if host and host != "clean" else []) + \
+            ([f"GPU {gpu}"] if gpu in UNCLEAN_GPU else [])
+        if states:
+            parts.append(f"{side}'s {', '.join(states)}")
+    return "not clean: " + "; ".join(parts) if parts else ""
+
+
+def unclear(verdict: Verdict, note: str) -> Verdict:
+    """The same numbers, UNCLEAR, with `note` before any the verdict had."""
+    return replace(verdict, verdict=UNCLEAR, note="; ".join(filter(None, [note, verdict.note])))
+
+
+def qualified(verdict: Verdict, min_effect: MinEffect) -> Verdict:
+    """A SAME judged at a δ raised above the user's says how coarse it is ("the same within
+    ±200%, not ±2%"); raised beyond UNCLEAN_MIN_EFFECT, wider than any drift seen between two
+    runs (the vendor baseline 365 times slower in one of them: numpy's threads beside other
+    work), it says nothing and is UNCLEAR."""
+    if verdict.verdict != SAME or min_effect.value <= min_effect.requested:
+        return verdict
+    if min_effect.value > UNCLEAN_MIN_EFFECT:
+        return unclear(verdict, f"δ ±{min_effect.value:.0%} is too wide for SAME to say anything")
+    return replace(verdict, note="; ".join(filter(None, [
+        f"the same within ±{min_effect.value:.0%}, not ±{min_effect.requested:.0%}",
+        verdict.note])))
+
+
+def with_hygiene(verdict: Verdict, unclean: str) -> Verdict:
+    """The verdict once a side's state is known: `unclean` (unclean_note's words, "" where both
+    were clean or unknown) leaves only a FASTER or SLOWER beyond UNCLEAN_MIN_EFFECT standing."""
+    if not unclean:
+        return verdict
+    beyond = 1 + UNCLEAN_MIN_EFFECT
+    if (verdict.verdict == FASTER and verdict.speedup >= beyond) or \
+            (verdict.verdict == SLOWER and verdict.speedup <= 1 / beyond):
+        return replace(verdict, note="; ".join(filter(None, [
+            f"{unclean}, but beyond the {beyond:g}x other work was seen to explain",
+            verdict.note])))
+    return unclear(verdict, unclean)
 
 
 def bootstrap_medians(samples: Sequence[float], resamples: int,
@@ -106,7 +238,8 @@ def judge(a_ms: Sequence[float], b_ms: Sequence[float], thresholds: Thresholds =
     if min(a.size, b.size) < thresholds.min_samples:
         return Verdict(UNCLEAR, speedup, math.nan, math.nan, math.nan, median_a, median_b,
                        a.size, b.size,
-                       note=f"fewer than {thresholds.min_samples} samples on a side")
+                       note=f"fewer than {thresholds.min_samples} samples on a side",
+                       min_effect=thresholds.min_effect)
     rng = np.random.default_rng(thresholds.seed)
     ratios = bootstrap_medians(a, thresholds.resamples, rng) / \
         bootstrap_medians(b, thresholds.resamples, rng)
@@ -136,4 +269,4 @@ def judge(a_ms: Sequence[float], b_ms: Sequence[float], thresholds: Thresholds =
                     f"(A {clock_a:.0f} MHz, B {clock_b:.0f} MHz: {clock_speedup:.3f}x)")
             verdict = UNCLEAR
     return Verdict(verdict, speedup, low, high, p, median_a, median_b, a.size, b.size,
-                   clock_speedup, note)
+                   clock_speedup, note, thresholds.min_effect)

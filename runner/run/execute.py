@@ -7,6 +7,7 @@ still recorded with what it had.
 
 import dataclasses
 import logging
+from contextlib import nullcontext
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from runner.config.spec import KernelPlan, ScalarArg, TensorMapArg, entry_label
 from runner.errors import ImpossibleResult, Refused, RunError, VerificationError
 from runner.record import names
 from runner.run.gpu_state import GpuState, Monitor, nvml_handle
+from runner.run.host_state import HostMonitor, HostState
 from runner.run.guards import guarded_alloc, guarded_upload, violation
 from runner.run.limits import (
     check_device_support,
@@ -64,6 +66,7 @@ class RunOutcome:
     vendor_stats: Optional[TimeStats]
     metrics: dict[str, Optional[float]]
     gpu: Optional[GpuState] = None  # what NVML saw during the timed launches (NVIDIA GPUs)
+    host: Optional[HostState] = None  # other processes' CPU use during them (CPU devices)
 
     @property
     def main_resources(self) -> KernelResources:
@@ -460,13 +463,20 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             if cfg.timing.flush_l2:
                 backend.flush_cache()  # after the restore, so the sample still starts cold
 
+    # The host's CPUs where they run the kernel (a GPU's timing does not share them, and the
+    # host monitor's minimum span would lengthen the GPU monitor's window).
+    on_cpu = device.device_type == "cpu"
+
     def timed() -> tuple[Samples, GpuState]:
-        with Monitor(gpu) as state:
+        nonlocal host_state
+        with Monitor(gpu) as state, (HostMonitor() if on_cpu else nullcontext()) as host:
             taken = measure(lambda: backend.time_ms(enqueue), Warmup.of(cfg.timing),
                             Repetitions.of(cfg.timing), f"{plan.name} on {backend.name}",
                             before_each)
+        host_state = host
         return taken, state
 
+    host_state: Optional[HostState] = None
     samples, gpu_state = timed()
     if cfg.timing.get("require_clean") and gpu_state.hygiene != "clean":
         log.warning("%s: measured on a %s GPU (%s); measuring again in %g s", plan.name,
@@ -492,6 +502,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     recorder.text(samples_text(samples), names.SAMPLES_ARTIFACT)
     record_gpu_state(recorder, metrics, gpu_state, plan,
                      launches=samples.warmup_launches + len(samples))
+    if host_state is not None:
+        metrics.update(host_state.metrics())
+        recorder.metrics(metrics)
+        recorder.tags(host_state.tags())
     judge_against_ceiling(recorder, metrics, plan, device, gpu, cfg.timing.flush_l2)
     metrics[names.TIME_MS_CHECKED] = check_timed_launches(
         backend, prepared, problem, check_cfg, cfg.seed, samples,
@@ -549,4 +563,4 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                           names.VENDOR_TF32_SAMPLES_ARTIFACT)
         recorder.metrics(metrics)
     return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics,
-                      gpu_state if gpu is not None else None)
+                      gpu_state if gpu is not None else None, host_state)

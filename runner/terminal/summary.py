@@ -18,7 +18,11 @@ def _number(value, fmt: str, missing: str = "—") -> str:
 
 
 def gpu_note(outcome: RunOutcome) -> str:
-    """" · GPU shared: …" where the GPU was not clean during the timed launches, else ""."""
+    """" · GPU shared: …" where the GPU was not clean during the timed launches (" · host
+    shared: …" where the host's CPUs were not, for a CPU device), else ""."""
+    host = getattr(outcome, "host", None)
+    if host is not None and host.hygiene == "shared":
+        return f" · [bold yellow]host shared[/]: {escape(host.why())}"
     if outcome.gpu is None or outcome.gpu.hygiene == "clean":
         return ""
     return f" · [bold yellow]GPU {outcome.gpu.hygiene}[/]: {escape(outcome.gpu.why())}"
