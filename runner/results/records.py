@@ -41,8 +41,8 @@ def tiling(run) -> str:
 
 
 def status(run) -> str:
-    """ok, cached, refused, failed, impossible, timeout or killed (the `gemmlab.status` tag); for runs recorded
-    before the tag: FINISHED is ok, RUNNING running, anything else failed."""
+    """ok, cached, refused, failed, impossible, timeout or killed (the `gemmlab.status` tag);
+    for runs recorded before the tag: FINISHED is ok, RUNNING running, anything else failed."""
     tagged = run.data.tags.get(names.STATUS)
     if tagged:
         return tagged
