@@ -130,3 +130,27 @@ def test_the_command_line(store, tmp_path):
     assert done.stderr.strip().splitlines() == [
         "gemmlab: error: 'missing' matches no run, sweep, experiment or run name (nor a "
         "tag:<name>=<value>)"]
+
+
+def test_an_a_a_compare_beside_busy_work_is_no_difference(tmp_path, capsys):
+    """Issue 38's busy A/A: the same sweep twice while other processes keep a fifth of the cores
+    (one at least) busy: recorded `host.hygiene=shared`, and no pair FASTER or SLOWER."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+                for _ in range(max(1, -(-cores // 5)))]
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    try:
+        sweep(tmp_path, "kernel=matmul_1,matmul_2", f"tracking.uri={uri}")
+        sweep(tmp_path, "kernel=matmul_1,matmul_2", f"tracking.uri={uri}", "+rerun=true")
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+    first, second = sweeps(uri)
+    client = MlflowClient(uri)
+    experiment = client.get_experiment_by_name("gemmlab").experiment_id
+    hygiene = [run.data.tags.get(names.HOST_HYGIENE) for run in client.search_runs([experiment])
+               if run.data.tags.get(names.SWEEP) != "true"]
+    assert "shared" in hygiene, hygiene
+    code, out, _ = run_compare(uri, first, second, capsys=capsys)
+    assert code == 0 and "2 pairs: 0 FASTER, 0 SLOWER" in out, out
