@@ -1,4 +1,11 @@
-"""Choosing the CPU's OpenCL device: a driver that cannot build kernels is passed over, said why."""
+"""Choosing the CPU's OpenCL device: a driver that cannot build kernels is passed over, said why;
+and what a driver's compiler says is recorded, never printed as pyopencl's CompilerWarning."""
+
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
 
 import pytest
 
@@ -34,3 +41,37 @@ def test_no_working_cpu_driver_is_one_clear_error(monkeypatch):
     monkeypatch.setattr(opencl, "build_failure", lambda device: "unknown target CPU 'generic'")
     with pytest.raises(RunError, match="no CPU device can build kernels.*intel-opencl-rt"):
         opencl.select_device(None, None, "cpu")
+
+
+# A kernel whose build makes the compiler say something (clang's #warning, in PoCL and Intel's
+# runtime alike), as NVIDIA's compiler does on every build; the hold kernel is replaced by one a
+# CPU can build, so both of the backend's builds are taken.
+SAYS_SOMETHING = """
+import sys
+import runner.backends.opencl as opencl
+from runner.backends.opencl import OpenCLBackend
+
+said = "#warning gemmlab test: the compiler says something\\n"
+source = "// " + sys.argv[1] + "\\n" + said
+backend = OpenCLBackend(device_type="cpu")
+built = backend.compile(source + "__kernel void k(__global float *x) { x[0] = 1.0f; }",
+                        "k.cl", ["k"], {})
+print("recorded:", "the compiler says something" in built.log)
+opencl._HOLD_SOURCE = source + "__kernel void gemmlab_hold_queue(const ulong ns) { }"
+backend._hold_queue()
+backend.synchronize()
+"""
+
+
+def test_what_the_compiler_says_is_recorded_and_not_printed():
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTHONWARNINGS")}
+    env["PYOPENCL_COMPILER_OUTPUT"] = "1"  # a warning that got through would carry the log
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    # A new source each time: a driver's cache hit might build without saying anything.
+    done = subprocess.run([sys.executable, "-c", SAYS_SOMETHING, uuid.uuid4().hex], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == "recorded: True"
+    assert "CompilerWarning" not in done.stderr, done.stderr
+    assert "self._prg.build" not in done.stderr, done.stderr  # the source line warn() shows
+    assert "warning generated" not in done.stderr, done.stderr  # clang's count, on stderr

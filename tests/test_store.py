@@ -1,5 +1,6 @@
 """The sqlite store's lock (runner/record/store.py): a folder that cannot be written fails at
-once, and only a lock that another process really holds is waited for, saying so."""
+once, only a lock that another process really holds is waited for, saying so, and a file that is
+not a database is refused without a lock file left beside it."""
 
 import logging
 import subprocess
@@ -11,7 +12,7 @@ import pytest
 from test_bad_inputs_cli import gemmlab, one_error_line
 
 from runner.errors import RunError
-from runner.record.store import check_scheme, store_lock
+from runner.record.store import check_scheme, ensure_store, store_lock
 
 # A folder nobody can create files in, root included (the tests run as root here, so a
 # chmod-ed folder would still be writable).
@@ -85,6 +86,29 @@ def test_an_unwritable_store_folder_is_one_line_from_the_command_line(tmp_path):
     one_error_line(done, f"cannot record in MLflow at tracking.uri={uri}",
                    "cannot write in /proc, the folder of the sqlite store")
     assert elapsed < 15, f"{elapsed:.1f} s"
+
+
+@pytest.mark.parametrize("kind", ["a text file", "a folder"])
+def test_a_path_that_is_not_a_database_is_refused_and_left_alone(tmp_path, kind):
+    target = tmp_path / "README.md"
+    if kind == "a folder":
+        target.mkdir()
+    else:
+        target.write_text("# gemmlab\n\nA README, not a database.\n")
+    with pytest.raises(RunError, match="is a folder, not a database file" if kind == "a folder"
+                       else "file is not a database"):
+        ensure_store(f"sqlite:///{target}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md"]  # no README.md.lock
+    if kind == "a text file":
+        assert target.read_text().startswith("# gemmlab")
+
+
+def test_sqlite_readme_from_the_command_line_leaves_no_lock_file(tmp_path):
+    (tmp_path / "README.md").write_text("# my project\n")
+    done = gemmlab(tmp_path, "tracking.uri=sqlite:///README.md", timeout=60)
+    one_error_line(done, "cannot record in MLflow at tracking.uri=sqlite:///README.md",
+                   "file is not a database")
+    assert not (tmp_path / "README.md.lock").exists()
 
 
 @pytest.mark.parametrize("uri, suggested", [("mlflow.db", "sqlite:///mlflow.db"),

@@ -73,9 +73,7 @@ def build_failure(device: "cl.Device") -> Optional[str]:
     key = device.int_ptr
     if key not in _build_failures:
         try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", cl.CompilerWarning)
-                cl.Program(cl.Context([device]), _PROBE_SOURCE).build(devices=[device])
+            _build(cl.Program(cl.Context([device]), _PROBE_SOURCE), device)
             _build_failures[key] = None
         except cl.Error as error:
             lines = [line.strip() for line in str(error).splitlines() if "error" in line.lower()]
@@ -209,6 +207,19 @@ def _stderr_kept(into: list):
         os.close(saved)
 
 
+def _build(program: "cl.Program", device: "cl.Device", options: Sequence[str] = (),
+           printed: Optional[list] = None) -> "cl.Program":
+    """program.build, with the terminal kept to gemmlab's own lines: a compiler that says
+    anything at all (NVIDIA's on every build, clang's warnings in PoCL) would otherwise show
+    pyopencl's CompilerWarning ("Non-empty compiler output encountered") and its source line on
+    every run, and clang's "1 warning generated." on stderr. What the compiler says is in the
+    build log, which compile() records, and what it wrote to stderr is appended to `printed`.
+    Every build in this module goes through here."""
+    with warnings.catch_warnings(), _stderr_kept([] if printed is None else printed):
+        warnings.simplefilter("ignore", cl.CompilerWarning)
+        return program.build(options=list(options), devices=[device])
+
+
 def _build_error(message: str, source_name: str, options: Sequence[str],
                  printed: str) -> BuildError:
     """The compiler's first error, with the user's file and line, from pyopencl's build error.
@@ -307,9 +318,7 @@ class OpenCLBackend(Backend):
         program = cl.Program(self.context, source)
         printed: list[str] = []  # what the compiler wrote to stderr: recorded, not shown
         try:
-            with warnings.catch_warnings(), _stderr_kept(printed):
-                warnings.simplefilter("ignore", cl.CompilerWarning)  # the log is recorded
-                program.build(options=options, devices=[self.device])
+            _build(program, self.device, options, printed)
         except cl.RuntimeError as error:
             raise _build_error(str(error), source_name, options, "".join(printed)) from None
         build_log = program.get_build_info(self.device, cl.program_build_info.LOG) or ""
@@ -410,7 +419,8 @@ class OpenCLBackend(Backend):
     def _hold_queue(self) -> None:
         """Enqueue a kernel that spins for HOLD_NS on the GPU's timer (NVIDIA inline PTX)."""
         if getattr(self, "_hold_kernel", None) is None:
-            program = cl.Program(self.context, _HOLD_SOURCE).build(devices=[self.device])
+            # NVIDIA's compiler says "overriding noinline attribute" for it: nothing to record
+            program = _build(cl.Program(self.context, _HOLD_SOURCE), self.device)
             self._hold_kernel = cl.Kernel(program, "gemmlab_hold_queue")
         self._hold_kernel.set_args(np.uint64(HOLD_NS))
         cl.enqueue_nd_range_kernel(self.queue, self._hold_kernel, (1,), (1,))

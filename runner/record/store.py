@@ -116,6 +116,7 @@ def ensure_store(uri: str) -> None:
         raise RunError(f"cannot create the folder of the sqlite store {path}: "
                        f"{error.strerror or error}; allowed: a path whose folder exists or can "
                        "be created, e.g. tracking.uri=sqlite:///mlflow.db") from None
+    check_is_database(path)  # before the lock: no stray lock file beside a file that is not one
     from mlflow.tracking import MlflowClient
 
     with store_lock(path):
@@ -131,6 +132,30 @@ def ensure_store(uri: str) -> None:
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
+
+
+def check_is_database(path: Path) -> None:
+    """A RunError where `path` exists and is not an SQLite database (a folder, a README): MLflow
+    would fail on it, and the store's lock would be left beside it. A file that does not exist
+    yet, or an empty one, becomes the store. A store only ever appears complete (ensure_store
+    moves it into place), so a file read here is either a database or none."""
+    if path.is_dir():
+        raise RunError(f"{path} is a folder, not a database file; allowed: an SQLite file or a "
+                       "path that does not exist yet, e.g. tracking.uri=sqlite:///mlflow.db")
+    try:
+        with open(path, "rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return
+    except OSError:
+        return  # unreadable: MLflow says why, under the lock as for any store
+    if header and header != SQLITE_HEADER:
+        raise RunError(f"file is not a database: {path} exists and holds something else; "
+                       "allowed: an SQLite file or a path that does not exist yet, e.g. "
+                       "tracking.uri=sqlite:///mlflow.db")
 
 
 def _check_writable(lock_path: Path, store: Path) -> None:
