@@ -2,6 +2,16 @@
 
 A single run that fails exits non-zero with one line saying why; inside a sweep (`-m`) the
 failure is recorded and the sweep goes on with the next job.
+
+The user's input errors (an unknown key, a value out of range, a tiling value or a shape the
+kernel refuses, a folder that is not there) are one line before anything is recorded: a single
+run records nothing and exits 1 within about a second. In a sweep a point the checks refuse is
+still a child run with status `refused`: the sweep's record is the space it covered (its counts,
+failures.md, an Optuna trial's result, the resume), and the sweep goes on.
+
+The terminal holds gemmlab's own lines: the run's INFO log lines (the OpenCL device chosen and
+why, a size rule applied) go to Hydra's job log (outputs/…/app.log), the size rule also to the
+run's `kernel.size_rule` tag.
 """
 
 import logging
@@ -13,6 +23,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.paths import CONF_DIR, source_file_name
+from runner.config.preflight import (
+    check_kernel_complete,
+    check_kernel_dirs,
+    check_shape,
+    command_line_error,
+    refuse_missing_searchpath,
+)
 from runner.config.schema import register_configs
 from runner.config.size_rules import apply_size_rules, pinned_params
 from runner.config.spec import ProblemSize, plan_kernel
@@ -39,6 +56,7 @@ from runner.terminal.summary import (
 log = logging.getLogger("runner")
 
 register_configs()
+refuse_missing_searchpath()  # Hydra warns while it composes, after this module is imported
 
 
 def _rate(metrics: dict) -> Optional[float]:
@@ -62,10 +80,29 @@ def _task_overrides() -> list:
     return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
 
 
+def _choice(group: str) -> Optional[str]:
+    return HydraConfig.get().runtime.choices.get(group) if HydraConfig.initialized() else None
+
+
+def check_config(cfg: DictConfig, size: ProblemSize) -> None:
+    """Every check of the config alone, no device: the shape's rank, each number in its range,
+    the tiling values against the spec, the step's source for this backend. Refused (or a
+    RunError for a spec that cannot be read) naming the value and what is allowed."""
+    check_shape(cfg, _choice("shape"), _task_overrides())
+    validate(cfg)
+    plan_kernel(cfg.kernel, size)
+    source_file_name(cfg.kernel, cfg.backend.name)  # a step without this backend's source
+
+
 def _run(cfg: DictConfig) -> Optional[float]:
     size = ProblemSize(cfg.m, cfg.n, cfg.k)
     try:  # before anything is recorded: the run's params are the values it runs with
+        sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else ()
+        check_kernel_complete(cfg, _choice("kernel"), sources)
+        check_kernel_dirs(cfg.kernel_dirs)
         size_rule = apply_size_rules(cfg, pinned_params(_task_overrides()))
+        if not in_sweep():  # the user's input errors: one line, nothing recorded
+            check_config(cfg, size)
     except RunError as error:
         print_failure(str(error), None)
         return None
@@ -104,13 +141,12 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
         if size_rule:
             recorder.tags({names.SIZE_RULE: size_rule[:5000]})
-            log.info("size rule of %s: %s", cfg.kernel.name, size_rule)
+            log.debug("size rule of %s: %s", cfg.kernel.name, size_rule)
         recorder.tags({names.KERNEL: cfg.kernel.name, names.BACKEND: backend_name,
                        names.OPERATION: cfg.kernel.operation.value,
                        names.DEVICE_INDEX: cfg.backend.device})
-        validate(cfg)  # every number in its range, before anything is compiled or timed
+        check_config(cfg, size)  # in a sweep: a refused point is recorded as such
         plan = plan_kernel(cfg.kernel, size)
-        source_file_name(cfg.kernel, cfg.backend.name)  # a step without this backend's source
         tool = sanitizer_of(cfg)
         if tool:
             recorder.tags({names.SANITIZER: tool})
@@ -164,9 +200,37 @@ def _run(cfg: DictConfig) -> Optional[float]:
     return _rate(result.outcome.metrics)
 
 
+class _RunInfoOffTheConsole(logging.Filter):
+    """The run's own INFO lines (logger `runner`: the OpenCL device chosen and why, relayed from
+    the worker; a size rule) stay in Hydra's job log file, off the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "runner" and record.levelno < logging.WARNING)
+
+
+def _quiet_console() -> None:
+    for handler in logging.getLogger().handlers:
+        if isinstance(handler, logging.StreamHandler) and \
+                not isinstance(handler, logging.FileHandler) and \
+                not any(isinstance(f, _RunInfoOffTheConsole) for f in handler.filters):
+            handler.addFilter(_RunInfoOffTheConsole())
+
+
 @hydra.main(config_path=str(CONF_DIR), config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> Optional[float]:
+def _hydra_main(cfg: DictConfig) -> Optional[float]:
+    _quiet_console()
     result = run(cfg)
     if result is None and not in_sweep():
         sys.exit(1)
     return result
+
+
+def main() -> Optional[float]:
+    """The Hydra app, after the command line's keys are checked: a key gemmlab does not have
+    (`sise=128`, `+sise=128`) is one line with a did-you-mean, before anything is composed."""
+    asks = {"--help", "-h", "--hydra-help", "--info", "-i", "--shell-completion", "-sc"}
+    problem = None if asks & set(sys.argv[1:]) else command_line_error(sys.argv[1:])
+    if problem is not None:
+        print_failure(problem, None)
+        sys.exit(1)
+    return _hydra_main()

@@ -7,15 +7,68 @@ store (runner/ui.py); every other argument goes to the Hydra app unchanged.
 Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
 which spreads over several lines with the schema's class names, folded into one; a ValueError
 raised in Hydra's own code for an override it cannot apply, such as `shape=null`), and a
-RunError raised outside a run (a sweep's tracking store that cannot be opened). Ctrl-C and
-SIGTERM end the run in progress as KILLED (runner/terminal/interrupts.py) and exit 130 and 143.
+RunError raised outside a run (a sweep's tracking store that cannot be opened), and a search
+that completed no trial. An error that ends a sweep ends its parent run FAILED with that line
+as the reason. Ctrl-C and SIGTERM end the run in progress, and a sweep with the jobs it was
+running, as KILLED (runner/terminal/interrupts.py) and exit 130 and 143, also when they come
+while the process is ending (joblib's workers being shut down): the signal is held until the
+exit handlers have run, then the process exits 128 + signal, never with a traceback. A sweep
+exits 1 when any job failed, was impossible, timed out or was interrupted, 0 when every job was
+measured, reused or refused by the kernel's spec (runner/sweep/callback.py).
 Output into a pipe that closes early (`gemmlab --help | head`) ends the command quietly, exit
 141 (128 + SIGPIPE, as a shell reports a command killed by SIGPIPE).
 `HYDRA_FULL_ERROR=1` shows Hydra's own message and stack as before.
 """
 
+import atexit
 import os
+import signal
 import sys
+
+_held: list = []  # SIGINT / SIGTERM that came while the process was ending (_hold_signals)
+_holding = False
+
+
+@atexit.register  # registered first, so run last: after Hydra's, MLflow's and the sweep's
+def _exit_with_held_signal() -> None:
+    """A signal held while the process ended: exit 128 + signal now that every exit handler
+    has run. Else the interpreter's teardown follows, where a signal takes its default action
+    (the process ends with it, as a shell expects, and no traceback is printed)."""
+    if _held:
+        import logging
+
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + _held[0])
+    if _holding:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, signal.SIG_DFL)
+
+
+def _hold_signals(say: bool = True) -> None:
+    """From now on SIGINT and SIGTERM are held, not raised: the process is ending, and a
+    KeyboardInterrupt would only interrupt an exit handler with a traceback (joblib's
+    `_python_exit` joining its workers' manager) and leave exit 0. The first is said in one
+    line (`say`) and turns the exit status into 128 + signal; a second ends the process at once."""
+    global _holding
+
+    def held(signum, frame):
+        if _held:
+            os._exit(128 + signum)
+        _held.append(signum)
+        if say:
+            from runner.terminal.interrupts import describe_signal
+            from runner.terminal.summary import print_failure
+
+            print_failure(describe_signal(signum) + " as the command was ending; what had "
+                          "ended is recorded", None)
+
+    if _holding:
+        return
+    _holding = True
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, held)
 
 
 def one_line(error: BaseException) -> str:
@@ -51,18 +104,34 @@ def yaml_error_line(error) -> str:
             f"column {mark.column + 1}")
 
 
-def raised_by_hydra(error: BaseException) -> bool:
-    """Whether Hydra's own code raised this (its config loader's ValueError for an override it
-    cannot apply, e.g. a config group set to null), rather than ours or a library's bug."""
-    import hydra
-
+def raised_in(error: BaseException, package) -> bool:
+    """Whether the innermost frame of the error's traceback is in `package`'s code."""
     frames = error.__traceback__
     while frames is not None and frames.tb_next is not None:
         frames = frames.tb_next
     if frames is None:
         return False
     return os.path.abspath(frames.tb_frame.f_code.co_filename).startswith(
-        os.path.dirname(os.path.abspath(hydra.__file__)) + os.sep)
+        os.path.dirname(os.path.abspath(package.__file__)) + os.sep)
+
+
+def raised_by_hydra(error: BaseException) -> bool:
+    """Whether Hydra's own code raised this (its config loader's ValueError for an override it
+    cannot apply, e.g. a config group set to null), rather than ours or a library's bug."""
+    import hydra
+
+    return raised_in(error, hydra)
+
+
+NO_COMPLETED_TRIAL = "No trials are completed yet."
+
+
+def no_completed_trial(error: BaseException) -> bool:
+    """Optuna's ValueError when the Optuna sweeper asks for the best trial of a search whose
+    every trial failed or was refused."""
+    optuna = sys.modules.get("optuna")
+    return (isinstance(error, ValueError) and optuna is not None
+            and str(error).strip() == NO_COMPLETED_TRIAL and raised_in(error, optuna))
 
 
 def hydra_value_error_line(error: ValueError) -> str:
@@ -86,30 +155,39 @@ def _report_errors_on_one_line() -> None:
     if getattr(hydras_own, "gemmlab", False):
         return
 
+    def line_of(error: Exception) -> str:
+        """The error's one line, or "" where it is a bug whose stack Hydra shows."""
+        if isinstance(error.__cause__, RunError):  # raised in a class Hydra instantiated
+            error = error.__cause__                # (the search's sampler)
+        if isinstance(error, RunError):
+            return str(error).strip()
+        if isinstance(error, YAMLError):
+            return yaml_error_line(error)
+        if no_completed_trial(error):
+            return ("the search completed no trial: every trial failed or was refused (the "
+                    "summary above counts them, with their reasons)")
+        if isinstance(error, ValueError):
+            return hydra_value_error_line(error) if raised_by_hydra(error) else ""
+        if isinstance(error, (CompactHydraException, OmegaConfBaseException)):
+            return one_line(error)
+        return ""
+
     def run_and_report(func):
         def guarded():
             try:
                 return func()
             except BrokenPipeError:  # Hydra would print a stack for it
                 _stdout_closed()
-            except (CompactHydraException, OmegaConfBaseException, RunError, YAMLError,
-                    ValueError) as error:
-                if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                    raise
-                if isinstance(error, ValueError) and not raised_by_hydra(error):
-                    raise  # a bug: Hydra shows its stack
+            except Exception as error:
+                line = line_of(error)
+                if not line or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                    first = (str(error).strip().splitlines() or [""])[0][:300]
+                    _end_sweep("FAILED", line or f"{type(error).__name__}: {first}")
+                    raise  # a bug, or asked for: Hydra shows its stack
                 from runner.terminal.summary import print_failure
 
-                if isinstance(error.__cause__, RunError):  # raised in a class Hydra instantiated
-                    error = error.__cause__                # (the search's sampler)
-                if isinstance(error, RunError):
-                    print_failure(str(error).strip(), None)
-                elif isinstance(error, YAMLError):
-                    print_failure(yaml_error_line(error), None)
-                elif isinstance(error, ValueError):
-                    print_failure(hydra_value_error_line(error), None)
-                else:
-                    print_failure(one_line(error), None)
+                _end_sweep("FAILED", line)  # the summary, then the line that ended it
+                print_failure(line, None)
                 sys.exit(1)
         return hydras_own(guarded)
 
@@ -142,11 +220,42 @@ def main() -> None:
     except BrokenPipeError:  # `gemmlab --help | head`: the reader has what it wanted
         _stdout_closed()
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM: the run already says KILLED
+        _hold_signals(say=False)
+        _held.append(signal_of(interrupt))  # the exit status, whatever comes meanwhile
         if not getattr(interrupt, "reported", False):
             from runner.terminal.summary import print_failure
 
             print_failure(describe(interrupt), None)
+        _end_sweep("KILLED", describe(interrupt))  # with the jobs its launcher was running
         _exit_now(128 + signal_of(interrupt))
+    except SystemExit:  # a run or a sweep that failed, or a sweep stopped early
+        _hold_signals()
+        raise
+    _hold_signals()
+    sys.exit(_sweep_exit_code())
+
+
+def _end_sweep(status: str, reason: str) -> None:
+    """End the sweep this process drives, if one is open (runner/sweep/callback.py)."""
+    callback = sys.modules.get("runner.sweep.callback")
+    if callback is None:
+        return
+    try:
+        callback.end_active_sweep(status, reason)
+    except KeyboardInterrupt as again:  # a second Ctrl-C, held while the parent was written
+        from runner.terminal.interrupts import signal_of
+
+        os._exit(128 + signal_of(again))
+    except Exception as error:  # the store went away: the error that ended the sweep first
+        from runner.terminal.summary import print_failure
+
+        print_failure(f"could not close the sweep's parent run: {type(error).__name__}: "
+                      f"{error}", None)
+
+
+def _sweep_exit_code() -> int:
+    callback = sys.modules.get("runner.sweep.callback")
+    return 0 if callback is None else callback.sweep_exit_code()
 
 
 def _stdout_closed() -> None:
@@ -164,8 +273,6 @@ def _exit_now(code: int) -> None:
     """Exit within moments of Ctrl-C: the exit handlers run (a sweep's parent run is closed
     there), but not the interpreter's teardown of MLflow's, SQLAlchemy's and the drivers'
     modules, which takes about a second and which an interrupted run has no use for."""
-    import atexit
-
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,4 +1,5 @@
-"""Each bad input: one clear line naming the value and the rule, exit 1, a FAILED run in MLflow."""
+"""Each bad input: one clear line naming the value and the rule, exit 1; a FAILED run in MLflow
+where the device or the kernel failed, no run at all where the config alone was refused."""
 
 import dataclasses
 import os
@@ -36,20 +37,32 @@ def run_failing(store, *overrides) -> str:
     return failed_reason(store)
 
 
-def test_disallowed_tile_value(store):
-    reason = run_failing(store, "kernel=matmul_2", "kernel.params.TS=12", "size=64")
+def run_refused(store, capsys, *overrides) -> str:
+    """A config refused before the store is opened: one line, and no run recorded."""
+    cfg = compose_config(*overrides, "backend.device_type=cpu", "timing.repeats=3",
+                         f"tracking.uri={store}")
+    assert run(cfg) is None
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("gemmlab: error: "), lines
+    mlflow.set_tracking_uri(store)
+    assert mlflow.search_runs(search_all_experiments=True, output_format="list") == []
+    return lines[0]
+
+
+def test_disallowed_tile_value(store, capsys):
+    reason = run_refused(store, capsys, "kernel=matmul_2", "kernel.params.TS=12", "size=64")
     assert "TS=12 is not an allowed value" in reason and "allowed: 4, 8, 16, 32" in reason
 
 
-def test_failing_constraint_names_rule_and_reason(store):
-    reason = run_failing(store, "kernel=matmul_2", "kernel.params.TS=32",
+def test_failing_constraint_names_rule_and_reason(store, capsys):
+    reason = run_refused(store, capsys, "kernel=matmul_2", "kernel.params.TS=32",
                          "kernel.allowed.TS=[4,8,16,32,64]", "kernel.params.TS=64", "size=64")
     assert "`TS * TS <= 1024` fails (TS=64" in reason and "CUDA block at most 1024" in reason
 
 
 @pytest.mark.parametrize("override", ["size=0", "m=-4", "k=0"])
-def test_size_not_positive(store, override):
-    reason = run_failing(store, "kernel=matmul_2", override)
+def test_size_not_positive(store, capsys, override):
+    reason = run_refused(store, capsys, "kernel=matmul_2", override)
     assert "is out of range (allowed: 1..2147483647" in reason
 
 
@@ -73,10 +86,11 @@ def test_local_memory_over_the_device_limit(store, monkeypatch):
     assert "2048 bytes of local/shared memory" in reason and "over the 1024" in reason
 
 
-def test_a_step_without_a_source_for_the_backend_is_refused_before_a_device_is_opened(store):
-    reason = run_failing(store, "kernel=matmul_12", "size=64")
-    assert reason == ("matmul_12 has no opencl source (it is written for backend=cuda only; "
-                      "see its YAML)")
+def test_a_step_without_a_source_for_the_backend_is_refused_before_a_device_is_opened(store,
+                                                                                     capsys):
+    reason = run_refused(store, capsys, "kernel=matmul_12", "size=64")
+    assert reason == ("gemmlab: error: matmul_12 has no opencl source (it is written for "
+                      "backend=cuda only; see its YAML)")
 
 
 def test_dynamic_local_memory_over_the_device_limit(store, monkeypatch):

@@ -2,11 +2,13 @@
 
 Each case expects one `gemmlab: error:` line naming the value and what is allowed, no Python
 traceback, exit 1 for a single run, a FAILED (or KILLED) MLflow run with the reason where a run
-was started and no run where none could start, and the store's earlier good run intact.
+was started, no run at all for the user's input errors (an unknown key, a value out of range, a
+tiling value or shape the kernel refuses, a folder that is not there: checked before the store
+is opened), and the store's earlier good run intact.
 
 The cases share one store (a module fixture with a good run in it), so that "every other run
-intact" is checked after each. A case costs one process, about 1 s where the config does not
-compose and 3-6 s where a run is recorded (most of it importing MLflow).
+intact" is checked after each. A case costs one process, about 1 s where nothing is recorded
+and 3-6 s where a run is (most of it importing MLflow).
 """
 
 import os
@@ -131,6 +133,78 @@ def test_a_value_of_the_wrong_type_is_one_line_and_starts_no_run(store, override
     store.assert_intact()
 
 
+# --- keys gemmlab does not have: one line with a did-you-mean, before Hydra composes ---
+
+UNKNOWN_KEYS = [
+    (["sise=128"], ["sise=128: gemmlab has no key 'sise'", "did you mean size=128?",
+                    "allowed: the keys backend, kernel, size"]),
+    (["+sise=128"], ["+sise=128: gemmlab has no key 'sise', and '+' would add it only to be "
+                     "ignored", "did you mean size=128?", "+experiment=", "+rerun=true"]),
+    (["kernal=matmul_1"], ["did you mean kernel=matmul_1?"]),
+    (["+timing.repaets=3"], ["no key 'timing.repaets'", "did you mean timing.repeats=3?",
+                             "allowed under timing: warmup"]),
+    (["rerun=true"], ["rerun is a flag, given with +: +rerun=true"]),
+    (["+seed_rw/x=y"], ["there is no config group 'seed_rw'"]),
+]
+
+
+@pytest.mark.parametrize("overrides, expected", UNKNOWN_KEYS,
+                         ids=[" ".join(case[0]) for case in UNKNOWN_KEYS])
+def test_a_key_gemmlab_does_not_have_is_one_line_with_a_did_you_mean(store, overrides, expected):
+    one_error_line(store.run(*overrides), *expected)
+    assert_nothing_recorded(store)
+
+
+@pytest.mark.parametrize("overrides", [["+rerun=true"], ["+experiment=sgemm_ladder_cpu"],
+                                       ["+search=matmul_3"], ["~shape"],
+                                       ["+kernel.params.EVIL=1"],
+                                       ["+seed_row/mygemm_progression=myGEMM2"]],
+                         ids=lambda overrides: " ".join(overrides))
+def test_the_presets_and_flags_added_with_plus_still_compose(tmp_path, overrides):
+    done = gemmlab(tmp_path, *overrides, "--cfg", "job", quick=False)
+    assert done.returncode == 0 and ERROR not in done.stderr, done.stderr[-2000:]
+
+
+# --- the user's own folders: one that is not there is refused, never passed over ---
+
+def test_a_kernel_folder_that_is_not_there_is_one_line(store, tmp_path):
+    one_error_line(store.run("kernel_dirs=[/nonexistent]"), "kernel_dirs: /nonexistent does not "
+                   "exist", "allowed: folders that exist, each holding opencl/ and/or cuda/")
+    assert_nothing_recorded(store)
+    (tmp_path / "empty").mkdir()
+    one_error_line(store.run(f"kernel_dirs=[{tmp_path / 'empty'}]"),
+                   "holds neither opencl/ nor cuda/")
+    assert_nothing_recorded(store)
+
+
+def test_a_kernel_path_variable_that_is_not_there_is_one_line(store, monkeypatch):
+    monkeypatch.setenv("GEMMLAB_KERNEL_PATH", "/nonexistent")
+    one_error_line(store.run(), "GEMMLAB_KERNEL_PATH: /nonexistent does not exist")
+    assert_nothing_recorded(store)
+
+
+def test_a_config_folder_that_is_not_there_is_one_line_without_hydras_warning(store):
+    done = store.run("hydra.searchpath=[file:///nonexistent]")
+    one_error_line(done, "hydra.searchpath: /nonexistent is not a folder of configs",
+                   "hydra.searchpath=[file:///path/to/my_conf]")
+    assert "UserWarning" not in done.stderr and "warnings.warn" not in done.stderr
+    assert_nothing_recorded(store)
+
+
+def test_a_kernel_yaml_without_a_key_names_the_file_and_the_key(store, tmp_path):
+    from runner.config.paths import CONF_DIR
+
+    (tmp_path / "kernel").mkdir()
+    text = (CONF_DIR / "kernel" / "matmul_1.yaml").read_text()
+    assert "\noperation: sgemm\n" in text
+    (tmp_path / "kernel" / "my_step.yaml").write_text(text.replace("\noperation: sgemm\n", "\n"))
+    done = store.run(f"hydra.searchpath=[file://{tmp_path}]", "kernel=my_step")
+    line = one_error_line(done, f"{tmp_path / 'kernel' / 'my_step.yaml'} (kernel=my_step) has no "
+                          "`operation:` (allowed: sgemm, copy, transpose)")
+    assert "MLflow" not in line and "MissingMandatoryValue" not in line
+    assert_nothing_recorded(store)
+
+
 def test_a_kernel_yaml_that_does_not_parse_is_one_line(store, tmp_path):
     (tmp_path / "kernel").mkdir()
     (tmp_path / "kernel" / "broken.yaml").write_text(
@@ -140,7 +214,7 @@ def test_a_kernel_yaml_that_does_not_parse_is_one_line(store, tmp_path):
     assert store.new_runs() == []
 
 
-# --- values of the right type outside their range: refused before anything runs, recorded ---
+# --- values of the right type outside their range: refused before anything is recorded ---
 
 RANGE = "out of range (allowed: "
 OUT_OF_RANGE = [
@@ -161,24 +235,58 @@ OUT_OF_RANGE = [
 ]
 
 
+def assert_nothing_recorded(store: Store) -> None:
+    assert store.new_runs() == [], [run.data.tags.get("failure_reason") for run in
+                                    store.new_runs()]
+    store.assert_intact()
+
+
 @pytest.mark.parametrize("override, allowed", OUT_OF_RANGE, ids=[c[0] for c in OUT_OF_RANGE])
-def test_a_value_out_of_its_range_is_refused_and_recorded(store, override, allowed):
-    line = one_error_line(store.run(override), f"{override} is {RANGE}", allowed)
-    check_recorded(store, line, "refused", f"{override} is {RANGE}")
+def test_a_value_out_of_its_range_is_one_line_and_records_nothing(store, override, allowed):
+    one_error_line(store.run(override), f"{override} is {RANGE}", allowed)
+    assert_nothing_recorded(store)
 
 
 REFUSED_BY_THE_SPEC = [
-    (["size=50000"], "refused", "M*K=2500000000 elements is too large: the kernels index with "
-                                "32-bit ints"),
-    (["kernel.params.TS=12"], "refused", "TS=12 is not an allowed value (allowed: 4, 8, 16, 32)"),
-    (["kernel.params.TS=-16"], "refused", "TS=-16 is not an allowed value"),
-    (["kernel.max_registers=8"], "refused", "max_registers=8 must be within 16..255"),
-    (["+kernel.params.lower=1"], "refused", "'lower' is not an upper-case macro name"),
-    (["+kernel.params.EVIL=1"], "refused", "parameter EVIL has no list of allowed values"),
-    (["kernel.sources.opencl=../../../../etc/passwd"], "refused",
+    (["size=50000"], "M*K=2500000000 elements is too large: the kernels index with 32-bit ints"),
+    (["kernel.params.TS=12"], "TS=12 is not an allowed value (allowed: 4, 8, 16, 32)"),
+    (["kernel.params.TS=-16"], "TS=-16 is not an allowed value"),
+    (["kernel.max_registers=8"], "max_registers=8 must be within 16..255"),
+    (["+kernel.params.lower=1"], "'lower' is not an upper-case macro name"),
+    (["+kernel.params.EVIL=1"], "parameter EVIL has no list of allowed values"),
+    (["kernel.sources.opencl=../../../../etc/passwd"],
      "'../../../../etc/passwd' must be a plain file name"),
-    (["kernel.sources.opencl=/etc/passwd"], "refused", "'/etc/passwd' must be a plain file name"),
-    (["kernel.sources.opencl=.."], "refused", "'..' must be a plain file name"),
+    (["kernel.sources.opencl=/etc/passwd"], "'/etc/passwd' must be a plain file name"),
+    (["kernel.sources.opencl=.."], "'..' must be a plain file name"),
+    (["kernel=matmul_12"], "matmul_12 has no opencl source (it is written for backend=cuda only"),
+    (["shape=1000x1030", "kernel=matmul_2"], "shape=1000x1030 gives M x N only (1000x1030, a copy "
+                                             "or transpose shape), and matmul_2 is an sgemm"),
+    (["shape=1000x1030x999", "kernel=copy_1"], "shape=1000x1030x999 gives M x N x K"),
+]
+
+
+@pytest.mark.parametrize("overrides, reason", REFUSED_BY_THE_SPEC,
+                         ids=[" ".join(case[0]) for case in REFUSED_BY_THE_SPEC])
+def test_a_value_the_spec_refuses_is_one_line_and_records_nothing(store, overrides, reason):
+    one_error_line(store.run(*overrides), reason)
+    assert_nothing_recorded(store)
+
+
+def test_a_shape_of_the_kernels_rank_passes_the_check(monkeypatch):
+    """The shape check refuses only a rank that does not fit: an M x N shape with k= given, a
+    square shape (size), an M x N x K shape for an sgemm, an M x N one for a transpose."""
+    from conftest import compose_config
+
+    from runner.config.preflight import check_shape
+
+    for shape, *overrides in (["1000x1030", "k=512"], ["square_1024"], ["1000x1030x999"],
+                              ["1000x1030", "kernel=transpose_1"],
+                              ["square_1024", "kernel=copy_1"]):
+        cfg = compose_config(f"shape={shape}", *overrides)  # matmul_2 unless a kernel is given
+        check_shape(cfg, shape, overrides)
+
+
+FAILED_ON_THE_DEVICE = [
     (["kernel.sources.opencl=nonesuch.cl"], "failed", "kernel source opencl/nonesuch.cl is in "
                                                       "none of"),
     (["backend.platform=nonesuch"], "failed", "backend.platform=nonesuch matches no platform"),
@@ -188,10 +296,10 @@ REFUSED_BY_THE_SPEC = [
 ]
 
 
-@pytest.mark.parametrize("overrides, status, reason", REFUSED_BY_THE_SPEC,
-                         ids=[" ".join(case[0]) for case in REFUSED_BY_THE_SPEC])
-def test_a_bad_parameter_source_or_device_fails_the_run_with_its_reason(store, overrides, status,
-                                                                       reason):
+@pytest.mark.parametrize("overrides, status, reason", FAILED_ON_THE_DEVICE,
+                         ids=[" ".join(case[0]) for case in FAILED_ON_THE_DEVICE])
+def test_a_missing_source_or_device_fails_the_run_with_its_reason(store, overrides, status,
+                                                                 reason):
     line = one_error_line(store.run(*overrides), reason)
     check_recorded(store, line, status, reason)
 

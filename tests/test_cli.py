@@ -88,6 +88,33 @@ def test_help_describes_gemmlab_and_offers_only_real_backends(tmp_path):
     assert "powered by Hydra" not in done.stdout
     backends = next(line for line in done.stdout.splitlines() if line.startswith("backend:"))
     assert backends == "backend: cuda, opencl"
+    commands = done.stdout.split("Commands")[1].split("Examples:")[0]
+    for command in ("gemmlab ui", "gemmlab compare A B", "python -m runner.report",
+                    "python -m runner.inspect", "python -m runner.seed_tables",
+                    "python -m runner.tuning"):
+        assert f"  {command} " in commands, commands
+
+
+@pytest.mark.parametrize("command", [["compare", "--help"], ["ui", "--help"]])
+def test_the_commands_the_help_lists_are_there(tmp_path, command):
+    done = _gemmlab(*command, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith(f"usage: gemmlab {command[0]} ")
+
+
+def test_the_terminal_holds_gemmlabs_lines_and_the_job_log_the_device_choice(tmp_path):
+    """A run prints its result line and where it was recorded; the OpenCL device chosen, and
+    why, goes to Hydra's job log (outputs/…/app.log), not the terminal."""
+    done = _gemmlab("backend.device_type=cpu", "size=16", "timing.repeats=3", "timing.warmup=0",
+                    cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2, done.stdout
+    assert lines[0].startswith("matmul_2 · opencl · ") and " · 16x16x16 · " in lines[0]
+    assert lines[1].startswith("  recorded: MLflow run ")
+    assert "[INFO]" not in done.stdout + done.stderr, done.stdout + done.stderr
+    (log,) = (tmp_path / "outputs").glob("*/*/app.log")
+    assert "OpenCL device: " in log.read_text()
 
 
 def test_a_schema_node_is_not_a_backend(tmp_path):

@@ -296,3 +296,36 @@ def test_dynamic_shared_memory_counts_in_what_a_work_group_holds():
     assert main.resources.local_memory_bytes == 0
     assert main.dynamic_local_bytes == ring and main.local_memory_bytes == ring
     assert f"{ring:,} ({ring:,} dynamic)" in inspect_cli.inspect_config(cfg).files["summary.md"]
+
+
+def test_the_ladder_on_the_terminal_keeps_every_column_and_lists_refusals_below(capsys):
+    """Refused steps are one word in the table and their reasons under it, so no column
+    shrinks to nothing (the steps' names whole, every header whole)."""
+    steps = [f"matmul_{i}" for i in range(1, 15)]
+    why = "needs an NVIDIA GPU of compute capability 8.0 or later " * 3
+    rows, refused = [], []
+    for step in steps:
+        if step in ("matmul_10", "matmul_14"):
+            rows.append(inspect_cli.ladder_row(step, failure=f"{step} {why}", outcome="refused"))
+            refused.append((step, "refused", f"{step} {why}"))
+        else:
+            rows.append([step, "128", "0/0", "8,192", "2", "1,234", "55%", "80%", "—",
+                         "12 (4)", "8 (8)", "—", "2", "0"])
+    inspect_cli.print_ladder("the sgemm ladder · opencl · a CPU", rows, refused)
+    out = capsys.readouterr().out
+    table = out.split("└")[0]
+    assert all(f"│ {step} " in table for step in steps), table
+    assert "│ matmul_10 │ refused │" in table.replace("  ", " ").replace("  ", " ")
+    assert why.strip() not in table
+    assert all(header in table for header in inspect_cli.SHORT_COLUMNS)
+    below = out.split("┘")[1]
+    assert f"matmul_10 refused: {why.strip()}" in below
+    assert f"matmul_14 refused: {why.strip()}" in below
+
+
+def test_a_ladder_with_refused_steps_only_exits_zero_and_the_page_keeps_the_reasons(tmp_path):
+    """On the CPU the tensor-core steps are refused (the spec doing its job), not failures."""
+    assert inspect_cli.main(["--ladder", "sgemm", "--out", str(tmp_path), "backend=opencl",
+                             "backend.device_type=cpu", "size=64"]) == 0
+    page = (tmp_path / "sgemm-opencl.md").read_text()
+    assert "| matmul_12 | refused: matmul_12 has no opencl source" in page

@@ -10,6 +10,8 @@ very moment, right after a SELECT of the store has executed and while its cursor
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -113,3 +115,115 @@ def test_a_held_signal_is_raised_even_when_the_block_fails():
             raise OSError("database is locked")
     assert isinstance(raised.value.__context__, OSError)
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# ------------------------------------------------------------ Ctrl-C in a parallel sweep
+
+def _sweep_children(client, experiment: str = "gemmlab") -> dict:
+    """Each parent run of the experiment's sweeps (oldest first) -> its children."""
+    experiment_id = client.get_experiment_by_name(experiment).experiment_id
+    parents = client.search_runs([experiment_id], "tags.`gemmlab.sweep` = 'true'",
+                                 order_by=["attributes.start_time ASC"])
+    return {parent.info.run_id: (parent, client.search_runs(
+        [experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"))
+        for parent in parents}
+
+
+def _as_from_a_terminal(command: list, cwd) -> subprocess.Popen:
+    """A process group of its own with SIGINT at its default action, as a shell in a terminal
+    starts a command (a process started with `&` from a script would ignore SIGINT)."""
+    return subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def test_ctrl_c_in_a_joblib_sweep_leaves_no_run_running_and_the_resume_measures_them(tmp_path):
+    """Issue 39: joblib's workers, killed by the launcher when the sweep is interrupted, left
+    their runs RUNNING for good. Ctrl-C goes to the whole process group, as a terminal sends
+    it, while both workers are in the middle of a job: each job times for 4 s at least
+    (adaptive timing, whatever the OpenCL runtime's speed), and the signal is sent within 2 s
+    of a job's start."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    command = [sys.executable, "-m", "runner", "-m", "backend.device_type=cpu", "timing.warmup=0",
+               "timing.target_noise=1e-9", "timing.min_time_s=4", "timing.max_time_s=4",
+               "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "kernel=matmul_1",
+               "size=16,24,32", f"tracking.uri={store}"]
+    ensure_store(store)  # polled below while the command runs
+    client = MlflowClient(store)
+    process = _as_from_a_terminal(command, tmp_path)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+            try:
+                runs = [run for _, children in _sweep_children(client).values()
+                        for run in children]
+            except Exception:  # the experiment is being created
+                continue
+            if any(run.info.status == "RUNNING" and time.time() * 1000 - run.info.start_time
+                   < 2000 for run in runs):
+                break
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "interrupted by SIGINT (Ctrl-C): " in stdout  # the summary says the sweep stopped
+    ((parent, jobs),) = _sweep_children(client).values()
+    assert parent.info.status == "KILLED"
+    assert "RUNNING" not in [run.info.status for run in jobs]
+    killed = {run.data.params["M"] for run in jobs if run.info.status == "KILLED"}
+    assert killed, [(run.info.status, run.data.params.get("M")) for run in jobs]
+    assert all(run.data.tags["gemmlab.status"] == "killed"
+               and run.data.tags["failure_reason"] == "interrupted by SIGINT (Ctrl-C)"
+               for run in jobs if run.info.status == "KILLED")
+    done_before = {run.data.params["M"] for run in jobs if run.info.status == "FINISHED"}
+
+    resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    (_, again), = [value for key, value in _sweep_children(client).items()
+                   if key != parent.info.run_id]
+    statuses = {run.data.params["M"]: run.data.tags["gemmlab.status"] for run in again}
+    assert {m for m, status in statuses.items() if status == "ok"} >= killed  # measured again
+    assert {m for m, status in statuses.items() if status == "cached"} == done_before
+    assert sorted(statuses) == ["16", "24", "32"]
+
+
+# Ctrl-C as a joblib sweep ends: sent to the process group from inside loky's exit hook, where
+# a KeyboardInterrupt used to print a traceback and leave exit status 0.
+CTRL_C_AS_LOKY_EXITS = """
+import os, runpy, signal, sys, time
+import joblib.externals.loky.process_executor as executor
+original = executor._python_exit
+def interrupted_exit():
+    os.killpg(0, signal.SIGINT)
+    time.sleep(0.5)
+    original()
+executor._python_exit = interrupted_exit
+sys.argv[0] = "gemmlab"
+runpy.run_module("runner", run_name="__main__")
+"""
+
+
+def test_ctrl_c_as_a_joblib_sweep_ends_exits_130_without_a_traceback(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    process = _as_from_a_terminal(
+        [sys.executable, "-c", CTRL_C_AS_LOKY_EXITS, "-m", "backend.device_type=cpu",
+         "timing.repeats=3", "timing.warmup=0", "hydra/launcher=joblib",
+         "hydra.launcher.n_jobs=2", "kernel=matmul_1", "size=16,24", f"tracking.uri={store}"],
+        tmp_path)
+    try:
+        stdout, stderr = process.communicate(timeout=300)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    assert process.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr[-3000:]
+    assert "gemmlab: error: interrupted by SIGINT (Ctrl-C) as the command was ending" in stderr
+    assert "2/2 jobs: 2 measured" in stdout  # the sweep itself had ended, and is recorded
+    ((parent, jobs),) = _sweep_children(MlflowClient(store)).values()
+    assert parent.info.status == "FINISHED"
+    assert sorted(run.info.status for run in jobs) == ["FINISHED", "FINISHED"]

@@ -100,13 +100,18 @@ def test_a_signal_ends_a_hung_run_within_two_seconds(tmp_path, signum, code):
                "kernel=hang_1", *USER_FOLDERS, *_store(tmp_path)]
     process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
-    # The worker logs its device once it has the job (the run is recorded by then).
+    # The worker logs its device once it has the job (the run is recorded by then), into
+    # Hydra's job log rather than the terminal.
     printed = []
     reader = threading.Thread(target=lambda: printed.extend(process.stdout), daemon=True)
     reader.start()
     deadline = time.monotonic() + 120
-    while not any("OpenCL device" in line for line in printed) and \
-            time.monotonic() < deadline and process.poll() is None:
+
+    def device_logged() -> bool:
+        return any("OpenCL device" in log.read_text(errors="replace")
+                   for log in tmp_path.glob("outputs/*/*/app.log"))
+
+    while not device_logged() and time.monotonic() < deadline and process.poll() is None:
         time.sleep(0.2)
     workers = _children(process.pid)
     if len(workers) != 1:

@@ -9,6 +9,7 @@ from conftest import compose_config
 from mlflow.entities import Metric, Param, Run, RunData, RunTag
 from mlflow.tracking import MlflowClient
 
+import runner.app
 from runner.app import run
 from runner.results.report import as_read_from, build_report
 from runner.results.report import main as report_main
@@ -43,7 +44,10 @@ def store(tmp_path_factory):
     assert run(compose_config("kernel=matmul_1", "size=40", *common)) > 0
     assert run(compose_config("kernel=matmul_2", "size=40", *common)) > 0
     assert run(compose_config("kernel=matmul_2", "m=33", "n=17", "k=9", *common)) > 0
-    assert run(compose_config("kernel=matmul_2", "size=40", "kernel.params.TS=3", *common)) is None
+    with pytest.MonkeyPatch.context() as patch:  # as a sweep's job: a refused point is recorded
+        patch.setattr(runner.app, "in_sweep", lambda: True)
+        assert run(compose_config("kernel=matmul_2", "size=40", "kernel.params.TS=3",
+                                  *common)) is None
     client = MlflowClient(tracking_uri=uri)
     children = _run_ids(uri, "ladder") - before - {parent_id}
     assert len(children) == 4
@@ -358,3 +362,50 @@ def test_a_page_without_recorded_ceilings_has_no_ceiling_section(tmp_path):
     page, *_ = build_report(load_runs(uri, "synthetic_ladder"), "ladder", tmp_path / "pages",
                             uri, ceilings={})
     assert "Against the ceilings" not in page.read_text()
+
+
+# --- the commands' own arguments: one line each, as the runner says it ---
+
+def _one_line(failed) -> str:
+    message = str(failed.value.code)
+    assert message.startswith("gemmlab: error: ") and "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize("uri, suggested", [("x.db", "--uri sqlite:///x.db"),
+                                            ("runs", "--uri sqlite:///mlflow.db")])
+def test_a_uri_without_a_scheme_is_one_line_with_the_sqlite_form(tmp_path, monkeypatch, uri,
+                                                                 suggested):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as failed:
+        report_main(["--uri", uri])
+    message = _one_line(failed)
+    assert f"--uri {uri}: no scheme" in message and suggested in message
+    assert not any(tmp_path.iterdir()), "no store, no lock, no pages"
+
+
+def test_an_unknown_uri_scheme_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as failed:
+        report_main(["--uri", "nosuchscheme://nowhere"])
+    assert "cannot read the MLflow store at --uri nosuchscheme://nowhere" in _one_line(failed)
+
+
+def test_an_out_folder_that_cannot_be_made_is_one_line(store, tmp_path):
+    store, _ = store
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    with pytest.raises(SystemExit) as failed:
+        report_main(["--experiment", "ladder", "--uri", store, "--out", str(blocker / "pages")])
+    message = _one_line(failed)
+    assert f"--out {blocker / 'pages'}: cannot write" in message
+    assert "allowed: a folder this user can create and write" in message
+
+
+@pytest.mark.parametrize("module", ["report", "seed_tables", "tuning"])
+def test_usage_names_the_command_a_user_types(module, capsys):
+    from importlib import import_module
+
+    with pytest.raises(SystemExit):
+        import_module(f"runner.results.{module}").main(["--help"])
+    assert capsys.readouterr().out.startswith(f"usage: python -m runner.{module} ")

@@ -6,6 +6,7 @@ from conftest import compose_config
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from mlflow.tracking import MlflowClient
 
+import runner.app
 from runner.app import run
 from runner.config.spec import ProblemSize, plan_kernel
 from runner.results import seed_tables
@@ -112,8 +113,10 @@ def transpose_runs(tmp_path_factory):
               "timing.warmup=0", "timing.repeats=3", f"tracking.uri={uri}"]
     for row in ("matrixCopy_1", "matrixTranspos_3"):
         assert run(compose_config(*common, f"seed_row/cuda_learning_transpose={row}")) > 0
-    assert run(compose_config(*common, "seed_row/cuda_learning_transpose=matrixTranspos_2",
-                              "kernel.params.STRIDE=64")) is None  # STRIDE must divide TILE
+    with pytest.MonkeyPatch.context() as patch:  # as the preset's sweep job: recorded, refused
+        patch.setattr(runner.app, "in_sweep", lambda: True)
+        assert run(compose_config(*common, "seed_row/cuda_learning_transpose=matrixTranspos_2",
+                                  "kernel.params.STRIDE=64")) is None  # STRIDE must divide TILE
     return uri
 
 
@@ -194,3 +197,11 @@ def test_a_cpu_page_names_the_vendor_its_runs_were_compared_with(tmp_path):
     assert "ours: opencl" in ours and "GFLOPS (% of numpy" in ours
     assert "% of cuBLAS" not in ours.split("ours:", 1)[1]
     assert "| numpy" in text, "the vendor's own row is named after the library"
+
+
+def test_a_table_that_does_not_exist_is_one_line_naming_the_tables(tmp_path):
+    with pytest.raises(SystemExit) as failed:
+        seed_tables.main(["nosuch", "--uri", f"sqlite:///{tmp_path / 'none.db'}"])
+    message = str(failed.value.code)
+    assert message.startswith("gemmlab: error: no seed table 'nosuch' (allowed: "), message
+    assert all(name in message for name in TABLES) and "\n" not in message

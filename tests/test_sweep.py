@@ -15,6 +15,7 @@ import pytest
 from conftest import compose_config
 from mlflow.tracking import MlflowClient
 
+from runner.record import names
 from runner.record.store import ensure_store
 from runner.sweep.callback import expected_jobs, sweep_definition
 
@@ -505,4 +506,107 @@ def test_the_opencl_device_is_named_once_per_process_not_per_job(tmp_path):
     done = sweep(tmp_path, "kernel=matmul_2", "size=16,24,32",
                  f"tracking.uri=sqlite:///{tmp_path / 'mlflow.db'}")
     assert "3/3 jobs: 3 measured" in done.stdout
-    assert (done.stdout + done.stderr).count("OpenCL device:") == 1
+    assert "OpenCL device:" not in done.stdout + done.stderr  # the terminal keeps to results
+    logged = sum(log.read_text().count("OpenCL device:")
+                 for log in tmp_path.glob("multirun/*/*/*/app.log"))
+    assert logged == 1
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    jobs = [run for run in client.search_runs([client.get_experiment_by_name("gemmlab")
+                                               .experiment_id])
+            if run.data.tags.get(names.SWEEP) != "true"]
+    assert len(jobs) == 3 and all(names.DEVICE_SELECTION in run.data.tags for run in jobs)
+
+
+# ------------------------------------------------------------ how a sweep ends (issue 39)
+
+BROKEN = Path(__file__).resolve().parent / "broken_kernels"
+
+
+def gemmlab_sweep(cwd: Path, *overrides: str, quick: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "runner", "-m", *(QUICK if quick else ()),
+                           *overrides], cwd=cwd,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "COLUMNS": "200"})
+
+
+def test_a_sweep_with_a_failed_job_exits_1_and_one_with_refusals_only_exits_0(tmp_path):
+    """A script tells a clean sweep from a failed one by the exit status; refused jobs are the
+    spec doing its job (test_a_sweep_is_one_parent_with_its_children_and_counts exits 0)."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = gemmlab_sweep(tmp_path, f"kernel_dirs=[{BROKEN}]",
+                         f"hydra.searchpath=[file://{BROKEN / 'conf'}]",
+                         "kernel=clobber_1,matmul_1", "size=32", f"tracking.uri={store}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    assert "2/2 jobs: 1 measured, 0 cached (measured before), 0 refused by constraints or " \
+           "limits, 1 failed" in done.stdout
+    client = MlflowClient(store)
+    (parent,) = parents(client)
+    assert parent.info.status == "FINISHED"
+    assert statuses(children(client, parent)) == ["failed", "ok"]
+
+
+@pytest.mark.parametrize("backend", ["cuda", "opencl"])
+def test_a_gpu_pool_larger_than_the_gpus_here_is_one_line_before_any_job(tmp_path, backend):
+    database = tmp_path / "mlflow.db"
+    done = gemmlab_sweep(tmp_path, "hydra/launcher=gpus", "gpus=64", f"backend={backend}",
+                         "kernel=matmul_1", "size=16,24", f"tracking.uri=sqlite:///{database}",
+                         quick=False)
+    assert done.returncode == 1
+    lines = [line for line in (done.stdout + done.stderr).strip().splitlines()
+             if "[HYDRA]" not in line]
+    assert len(lines) == 1 and lines[0].startswith("gemmlab: error: gpus=64 gives each of 64 "
+                                                   "parallel jobs a GPU of its own, but "), lines
+    assert not database.exists()  # nothing recorded, no job started
+
+
+def test_a_search_whose_first_jobs_fail_the_same_way_before_a_device_stops(tmp_path):
+    """No GPU, no CuPy, no such platform: every point would fail the same way, one by one (80
+    of matmul_9's search took 52 s, then a traceback). The sweep stops after its first three
+    jobs with one line, the parent FAILED with the reason."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = gemmlab_sweep(tmp_path, "+search=matmul_3", "backend.platform=no-such-platform",
+                         "size=32", "hydra.sweeper.n_trials=8", f"tracking.uri={store}")
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("gemmlab: error: stopped the sweep after its first 3 jobs: each "
+                           "failed before reaching a device, the same way") and \
+        "backend.platform=no-such-platform matches no platform" in last, last
+    assert "3/8 jobs: 0 measured" in done.stdout and "; 5 did not run" in done.stdout
+    client = MlflowClient(store)
+    (parent,) = parents(client, "matmul_3_tuning")
+    assert parent.info.status == "FAILED"
+    assert parent.data.tags["failure_reason"] == last.removeprefix("gemmlab: error: ")
+    assert statuses(children(client, parent)) == ["failed"] * 3
+
+
+def test_a_search_that_completes_no_trial_is_one_line(tmp_path):
+    """Too few trials to stop early, all failed: the Optuna sweeper's "No trials are completed
+    yet." was a traceback and left the parent KILLED."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = gemmlab_sweep(tmp_path, "+search=matmul_3", "backend.platform=no-such-platform",
+                         "size=32", "hydra.sweeper.n_trials=2", f"tracking.uri={store}")
+    assert done.returncode == 1
+    assert "Traceback" not in done.stderr and "ValueError" not in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last == ("gemmlab: error: the search completed no trial: every trial failed or was "
+                    "refused (the summary above counts them, with their reasons)")
+    (parent,) = parents(MlflowClient(store), "matmul_3_tuning")
+    assert parent.info.status == "FAILED"
+
+
+def test_the_summary_keeps_brackets_in_reasons(capsys):
+    """rich markup ate `[cuda]` from the install hint of a failure reason."""
+    from types import SimpleNamespace
+
+    from runner.sweep.callback import SweepSummary, print_sweep_summary
+
+    reason = "backend=cuda needs CuPy, which is not installed: pip install 'gemmlab[cuda]'"
+    failed = SimpleNamespace(
+        info=SimpleNamespace(status="FAILED", run_id="r", start_time=0),
+        data=SimpleNamespace(tags={"gemmlab.status": "failed", "failure_reason": reason},
+                             params={}, metrics={}))
+    print_sweep_summary(SweepSummary.of([failed]), 1, "[x] sweep", "p", "sqlite:///m.db")
+    out = capsys.readouterr().out
+    assert f"1 × failed: {reason}" in out

@@ -222,6 +222,10 @@ class Config:
     isolate: bool = True
 
 
+# Keys outside the schema that a command adds with `+` (read with cfg.get): name -> what it does.
+FLAGS = {"rerun": "a sweep measures every job again, even one measured before"}
+
+
 @dataclass
 class ValidSpaceSamplerConfig(SamplerConfig):
     """Optuna sampler that draws only configurations the kernel's spec accepts, each once

@@ -84,10 +84,12 @@ def _check_target(plan, backend) -> None:
 def inspect_config(cfg):
     """Compile the config's kernel as a run would (same plan, defines and cache) and inspect it."""
     from runner.config.paths import source_file_name
+    from runner.config.preflight import check_kernel_dirs
     from runner.config.spec import ProblemSize, plan_kernel
     from runner.inspect.program import inspect_program
     from runner.run.execute import compile_once
 
+    check_kernel_dirs(cfg.kernel_dirs)  # a folder that is not there: not the packaged kernel
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     backend = _backend(cfg)
     file_name = source_file_name(cfg.kernel, backend.name)
@@ -129,11 +131,15 @@ SHORT_COLUMNS = ["step", "regs", "spills", "shared", "bars", "instr", "FFMA", "l
                  "loop mma", "LDS (.128)", "LDG (.128)", "LDGSTS (.128)", "BAR", "bank confl."]
 
 
-def ladder_row(step: str, inspection=None, failure: Optional[str] = None) -> list[str]:
+def ladder_row(step: str, inspection=None, failure: Optional[str] = None,
+               outcome: str = "failed") -> list[str]:
+    """A step's row; a step that could not be inspected has `<outcome>: <why>` in its second
+    cell (the page's row), `outcome` being `refused` (the spec or the target says no) or
+    `failed`."""
     from runner.inspect.program import _n, _pct, with_wide
 
     if inspection is None:
-        return [step, f"failed: {failure}"] + [""] * (len(LADDER_COLUMNS) - 2)
+        return [step, f"{outcome}: {failure}"] + [""] * (len(LADDER_COLUMNS) - 2)
     main = inspection.main
     mix, loop, used = main.mix, main.loop, main.resources
     return [step, _n(used.registers), f"{_n(used.spill_store_bytes)}/{_n(used.spill_load_bytes)}",
@@ -153,15 +159,20 @@ def run_ladder(name: str, overrides: list[str], out: Path) -> int:
         raise RunError(f"--ladder {name}: no such ladder (known: {', '.join(ladders())})")
     if any(o.split("=")[0].lstrip("+~") == "kernel" for o in overrides):
         raise RunError("--ladder sets kernel= itself; leave it off the command line")
+    from runner.errors import Refused
+
     rows, backend, failed, target = [], "", 0, ""
+    not_inspected = []  # (step, "refused" or "failed", why)
     for step in steps:
         cfg, _ = compose([*overrides, f"kernel={step}"])
         backend = cfg.backend.name
         try:
             inspection = inspect_config(cfg)
         except RunError as error:  # Refused included: the row says why
-            rows.append(ladder_row(step, failure=str(error)))
-            failed += 1
+            outcome = "refused" if isinstance(error, Refused) else "failed"
+            rows.append(ladder_row(step, failure=str(error), outcome=outcome))
+            not_inspected.append((step, outcome, str(error)))
+            failed += outcome == "failed"
             continue
         target = inspection.target
         write_files(inspection, out / f"{step}-{backend}")
@@ -178,14 +189,29 @@ def run_ladder(name: str, overrides: list[str], out: Path) -> int:
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"{name}-{backend}.md"
     path.write_text(text)
-    table = Table(title=f"the {name} ladder · {backend} · {target}", title_justify="left")
-    for column in SHORT_COLUMNS:
-        table.add_column(column, justify="left" if column == "step" else "right", no_wrap=True)
-    for row in rows:
-        table.add_row(*row)
-    Console(highlight=False, width=max(console.width, 160)).print(table)
+    print_ladder(f"the {name} ladder · {backend} · {target}", rows, not_inspected)
     console.print(f"  written: {path} (and each step's files in {out}/<step>-{backend}/)")
     return 1 if failed else 0
+
+
+def print_ladder(title: str, rows: list[list[str]], not_inspected: list) -> None:
+    """The ladder on the terminal: one row a step, a step not inspected as one word (`refused`,
+    `failed`) with its reason listed under the table; no column narrower than its header."""
+    why = {step: (outcome, reason) for step, outcome, reason in not_inspected}
+    table = Table(title=escape(title), title_justify="left")
+    for index, column in enumerate(SHORT_COLUMNS):
+        widest = max([len(column), *(len(row[index]) for row in rows if row[0] not in why)])
+        table.add_column(column, justify="left" if column == "step" else "right",
+                         no_wrap=True, min_width=widest if index == 0 else len(column))
+    for row in rows:
+        if row[0] in why:
+            table.add_row(row[0], why[row[0]][0], *([""] * (len(SHORT_COLUMNS) - 2)))
+        else:
+            table.add_row(*(escape(cell) for cell in row))
+    Console(highlight=False, width=max(console.width, 160)).print(table)
+    for step, (outcome, reason) in why.items():
+        reason = reason.removeprefix(f"{step}: ").removeprefix(f"{step} ")
+        console.print(f"  {step} {outcome}: {escape(reason)}")
 
 
 def step_folder_pattern(backend: str) -> str:
@@ -204,6 +230,9 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--out", default="inspect", type=Path,
                         help="folder for the files (default: inspect/)")
     args = parser.parse_args(argv)
+    from runner.config.preflight import refuse_missing_searchpath
+
+    refuse_missing_searchpath()  # a hydra.searchpath folder that is not there: one line
     try:
         if args.ladder:
             return run_ladder(args.ladder, args.overrides, args.out)

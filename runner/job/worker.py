@@ -111,6 +111,8 @@ def run_job(conn: Connection, cfg) -> bool:
         backend = make_backend(cfg.backend)
         selection = getattr(backend, "selection_reason", None)
         device = selection and (backend.device_info().name, backend.device_info().platform)
+        if selection:
+            send(("record", "tags", ({names.DEVICE_SELECTION: selection[:5000]},)))
         if selection and device not in _devices_named:  # once per process and device
             _devices_named.add(device)
             log.info("OpenCL device: %s on %s: %s", *device, selection)

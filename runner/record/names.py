@@ -116,6 +116,7 @@ DEVICE_DRIVER = "device.driver"
 DEVICE_TYPE = "device.type"
 DEVICE_COMPUTE_CAPABILITY = "device.compute_capability"
 DEVICE_INDEX = "device.index"
+DEVICE_SELECTION = "device.selection"  # why this OpenCL device was chosen, in words
 TIMING_LAUNCHES = "timing.launches"
 CHECK_METHOD = "check.method"
 VENDOR_NAME = "vendor.name"

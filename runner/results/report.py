@@ -676,8 +676,46 @@ def _without_out(arguments: list[str]) -> list[str]:
     return kept
 
 
+def check_uri(uri: str) -> None:
+    """`--uri` checked as the runner checks `tracking.uri`: a bare path (`x.db`) is refused with
+    the sqlite form to give, a server must answer within seconds; NoRuns (one line) if not."""
+    from runner.errors import RunError
+    from runner.record.store import check_scheme, probe_server
+
+    try:
+        check_scheme(uri)
+        if uri.startswith(("http://", "https://")):
+            probe_server(uri)
+    except RunError as error:
+        raise recorded.NoRuns(f"--uri {uri}: " + str(error).replace("tracking.uri=", "--uri "))
+
+
+def reading(uri: str, work):
+    """`work()`, with an error of MLflow's while reading the store at `uri` as one line."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return work()
+    except MlflowException as error:
+        first = (str(error.message).strip().splitlines() or [type(error).__name__])[0]
+        raise recorded.NoRuns(f"cannot read the MLflow store at --uri {uri}: {first}; "
+                              "allowed: --uri sqlite:///<file>.db or http://host:5000") from None
+
+
+def writing(out: Path, work):
+    """`work()`, with an error creating or writing the `--out` folder as one line."""
+    try:
+        return work()
+    except OSError as error:
+        what = error.filename or out
+        raise recorded.NoRuns(f"--out {out}: cannot write {what} ({error.strerror or error}); "
+                              "allowed: a folder this user can create and write, e.g. "
+                              f"--out {recorded.DEFAULT_OUT}") from None
+
+
 def main(argv=None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m runner.report",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--experiment", help="MLflow experiment name (without it and --sweep: "
                                              "the latest sweep)")
     parser.add_argument("--sweep", help="a sweep's parent run id, its first characters (as "
@@ -690,6 +728,14 @@ def main(argv=None) -> list[Path]:
     parser.add_argument("--out", help=f"folder for the page and plots (default: "
                                       f"./{recorded.DEFAULT_OUT}; docs/ only when named here)")
     args = parser.parse_args(argv)
+    check_uri(args.uri)
+    out = recorded.out_folder(args.out)
+    files = reading(args.uri, lambda: _report(args, argv, out))
+    print(f"wrote {out}/: " + ", ".join(f.name for f in files))
+    return files
+
+
+def _report(args, argv, out: Path) -> list[Path]:
     title, name, parent = args.experiment, args.name, None
     client = recorded.client(args.uri)
     if args.sweep is not None:
@@ -711,12 +757,10 @@ def main(argv=None) -> list[Path]:
         raise recorded.NoRuns("no runs match --backend/--device")
     command = "python -m runner.report " + shlex.join(
         _without_out(argv if argv is not None else sys.argv[1:]))
-    out = recorded.out_folder(args.out)
-    files = build_report(runs, title, out, args.uri, name=name or args.experiment,
-                         command=command,
-                         ceilings=recorded.ceilings(args.uri, args.experiment))
-    print(f"wrote {out}/: " + ", ".join(f.name for f in files))
-    return files
+    ceilings = recorded.ceilings(args.uri, args.experiment)
+    return writing(out, lambda: build_report(runs, title, out, args.uri,
+                                             name=name or args.experiment, command=command,
+                                             ceilings=ceilings))
 
 
 if __name__ == "__main__":

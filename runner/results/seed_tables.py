@@ -120,7 +120,8 @@ def full_params(row: Row) -> dict:
 def load_table(name: str) -> Table:
     path = TABLES_DIR / f"{name}.yaml"
     if not path.is_file():
-        raise SystemExit(f"no seed table {name!r} (known: {', '.join(table_names())})")
+        raise recorded.NoRuns(f"no seed table {name!r} (allowed: {', '.join(table_names())}, "
+                              "or all)")
     data = yaml.safe_load(path.read_text())
     columns = [Column(**c) for c in data.get("published") or []]
     rows = [Row(**r) for r in data["rows"]]
@@ -128,7 +129,8 @@ def load_table(name: str) -> Table:
     for row in rows:
         unknown = set(row.published) - known
         if unknown:
-            raise SystemExit(f"{path}: row {row.id} publishes for unknown columns {unknown}")
+            raise recorded.NoRuns(f"{path}: row {row.id} publishes for unknown columns "
+                                  f"{sorted(unknown)} (allowed: {sorted(known)})")
     table = Table(name=name, title=data["title"], source=data["source"], unit=data["unit"],
                   reference=data["reference"], sizes=list(data["measure"]["sizes"]),
                   timing=dict(data["measure"]["timing"]), columns=columns, rows=rows,
@@ -312,7 +314,7 @@ def render_page(table: Table, matched: Matched, uri: str, command: str,
     our_ref = ref if table.reference_row or not vendors else f"% of {', '.join(vendors)}"
     source = table.source
     lines = [f"# {table.title}, reproduced", "",
-             f"Published: `{source['document']}` — {source['what']}.", ""]
+             f"Published: {source['document']} — {source['what']}.", ""]
     if table.columns:
         lines += ["Published on: " + "; ".join(f"{c.device} at {c.size}" for c in table.columns)
                   + ".", ""]
@@ -487,7 +489,10 @@ def _runs(table: Table, uri: str, backend: Optional[str], device: Optional[str])
 
 
 def main(argv=None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from runner.results.report import check_uri, reading, writing
+
+    parser = argparse.ArgumentParser(prog="python -m runner.seed_tables",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("table", nargs="?",
                         help=f"one of {', '.join(table_names())}, or all")
     parser.add_argument("--uri", default=recorded.DEFAULT_URI, help="MLflow tracking URI")
@@ -507,19 +512,20 @@ def main(argv=None) -> list[Path]:
     if args.table is None:
         parser.error("name a table (or all), or give --write-configs")
     names = table_names() if args.table == "all" else [args.table]
+    tables = [load_table(name) for name in names]  # a name that is no table: before the store
+    check_uri(args.uri)
     command = "python -m runner.seed_tables " + shlex.join(
         argv if argv is not None else sys.argv[1:])
     files, out = [], recorded.out_folder(args.out)
-    for name in names:
-        table = load_table(name)
+    for name, table in zip(names, tables):
         try:
-            runs = _runs(table, args.uri, args.backend, args.device)
+            runs = reading(args.uri, lambda: _runs(table, args.uri, args.backend, args.device))
         except recorded.NoRuns as error:
             if len(names) == 1:
                 raise
             print(f"skipped {name}: {str(error.code).removeprefix('gemmlab: error: ')}")
             continue
-        files += build_page(table, runs, out, args.uri, command)
+        files += writing(out, lambda: build_page(table, runs, out, args.uri, command))
     if not files:
         raise recorded.NoRuns(f"no seed table has runs in {args.uri}")
     print(f"wrote {out}/: " + ", ".join(f.name for f in files))

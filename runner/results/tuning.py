@@ -25,11 +25,90 @@ from runner.results.records import status
 from runner.results.records import tiling as _tiling
 
 
-def newest_sweep(client, experiment_id: str, sweeper: str):
+SEARCH, GRID = "OptunaSweeper", "BasicSweeper"  # the sweepers, as their parent runs record them
+
+
+def presets_for(experiment: str, group: str) -> list[str]:
+    """The presets of conf/<group>/ that record into `experiment` (tracking.experiment)."""
+    from omegaconf import OmegaConf
+
+    from runner.config.paths import CONF_DIR
+
+    found = []
+    for path in sorted((CONF_DIR / group).glob("*.yaml")):
+        try:
+            if OmegaConf.select(OmegaConf.load(path), "tracking.experiment") == experiment:
+                found.append(path.stem)
+        except Exception:  # a preset that does not parse is another command's error
+            continue
+    return found
+
+
+def grid_over_search(experiment: str, search=None) -> Optional[str]:
+    """The grid command over the space of the search preset that records into `experiment`
+    (its kernel and every `choice(...)` as a list), with the search's own size and backend as
+    its recorded command gave them; None where no preset's space is a list of choices."""
+    import re
+    import shlex
+
+    from omegaconf import OmegaConf
+
+    from runner.config.paths import CONF_DIR
+
+    for name in presets_for(experiment, "search"):
+        preset = OmegaConf.load(CONF_DIR / "search" / f"{name}.yaml")
+        kernel = next((str(entry["override /kernel"]) for entry in preset.get("defaults") or []
+                       if isinstance(entry, dict) or OmegaConf.is_dict(entry)
+                       if "override /kernel" in entry), None)
+        space = OmegaConf.select(preset, "hydra.sweeper.params") or {}
+        lists = {key: re.fullmatch(r"\s*choice\((.*)\)\s*", str(value)) for key, value in
+                 space.items()}
+        if kernel is None or not lists or not all(lists.values()):
+            continue
+        words = [f"kernel={kernel}", *(f"{key}={found.group(1).replace(' ', '')}"
+                                       for key, found in lists.items())]
+        if search is not None:  # the search's size, backend, store: from its command
+            command = search.data.tags.get(names.COMMAND, "")
+            try:
+                words += [w for w in shlex.split(command) if "=" in w and not w.startswith(
+                    ("-", "+search=", "hydra.", "hydra/", "kernel="))]
+            except ValueError:
+                pass
+        return "python -m runner -m " + " ".join(
+            [*words, f"tracking.experiment={experiment}", "tracking.inspect=false"])
+    return None
+
+
+def missing_sweep(experiment: str, sweeper: str, uri: str, search=None) -> str:
+    """Which sweep the experiment lacks, in words, and the command that records it."""
+    store = "" if uri == recorded.DEFAULT_URI else f" tracking.uri={uri}"
+    if sweeper == SEARCH:
+        what = "search (an Optuna sweep, +search=<step>)"
+        commands = [f"python -m runner -m +search={name}{store}" for name in
+                    presets_for(experiment, "search")] or [
+            f"python -m runner -m +search=<step> tracking.experiment={experiment}{store}"]
+        then = "at the grid's size and backend"
+    else:
+        what = "grid (a sweep over every listed value, -m key=a,b,…)"
+        commands = [f"python -m runner -m +experiment={name}{store}" for name in
+                    presets_for(experiment, "experiment")]
+        if not commands:
+            grid = grid_over_search(experiment, search)
+            commands = [f"{grid}{store if 'tracking.uri=' not in grid else ''}" if grid else
+                        f"python -m runner -m kernel=<step> kernel.params.<NAME>=a,b,… "
+                        f"tracking.experiment={experiment}{store}"]
+        then = "at the search's size and backend"
+    run = " or ".join(f"`{command}`" for command in commands)
+    return (f"experiment {experiment!r} in {uri} has no {what} to compare with; record one "
+            f"with {run} ({then}), then run this again")
+
+
+def newest_sweep(client, experiment_id: str, sweeper: str, experiment: str = "",
+                 uri: str = recorded.DEFAULT_URI, search=None):
     parents = recorded.search(client, [experiment_id], f"tags.`{names.SWEEP}` = 'true' and "
                               f"tags.`{names.SWEEP_SWEEPER}` = '{sweeper}'")
     if not parents:
-        raise recorded.NoRuns(f"no {sweeper} sweep in experiment {experiment_id}")
+        raise recorded.NoRuns(missing_sweep(experiment or experiment_id, sweeper, uri, search))
     return parents[0]
 
 
@@ -59,8 +138,8 @@ def _refused_trials(trials: list) -> str:
 def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     client = recorded.client(uri)
     (experiment_id,) = recorded.experiment_ids(client, experiment)
-    search = newest_sweep(client, experiment_id, "OptunaSweeper")
-    grid = newest_sweep(client, experiment_id, "BasicSweeper")
+    search = newest_sweep(client, experiment_id, SEARCH, experiment, uri)
+    grid = newest_sweep(client, experiment_id, GRID, experiment, uri, search)
     trials, points = trials_in_order(client, search), trials_in_order(client, grid)
     measured = [run for run in points if status(run) in ("ok", "cached") and _rate(run)]
     if not measured:
@@ -136,14 +215,21 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
 
 
 def main(argv=None) -> list[Path]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--experiment", required=True)
-    parser.add_argument("--uri", default=recorded.DEFAULT_URI)
+    from runner.results.report import check_uri, reading, writing
+
+    parser = argparse.ArgumentParser(prog="python -m runner.tuning",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--experiment", required=True,
+                        help="the MLflow experiment both sweeps recorded into (e.g. "
+                             "matmul_9_tuning, conf/search/matmul_9.yaml's)")
+    parser.add_argument("--uri", default=recorded.DEFAULT_URI, help="MLflow tracking URI")
     parser.add_argument("--out", help=f"folder for the page and plot (default: "
                                       f"./{recorded.DEFAULT_OUT}; docs/ only when named here)")
     args = parser.parse_args(argv)
+    check_uri(args.uri)
     out = recorded.out_folder(args.out)
-    written = compare(args.uri, args.experiment, out)
+    written = reading(args.uri, lambda: writing(out, lambda: compare(args.uri, args.experiment,
+                                                                      out)))
     print(f"wrote {out}/: " + " and ".join(p.name for p in written))
     return written
 

@@ -13,6 +13,15 @@ with that and where the report is; its metrics are the best rate per kernel and 
 metric per kernel (`gflops/matmul_9`, `gbps/copy_1`; `gflops/matmul_9/cuda` where several
 backends are swept) with the size as the step, so that its chart view draws rate against size;
 the counts, wall time and overhead per job are tags (`gemmlab.sweep.jobs` …).
+
+How a sweep ends (docs/methodology.md, the exit codes): FINISHED, and the command exits 1 if any
+job failed, was impossible, timed out or was interrupted (refused jobs are the spec doing its
+job); KILLED by Ctrl-C or SIGTERM, the jobs a launcher's worker process was running when it was
+killed marked KILLED too (`end_active_sweep`), the summary saying how many jobs did not run;
+FAILED, with the reason, when an error ended it or when its first jobs all failed the same way
+before reaching a device (no GPU, no CuPy, no such platform: `_stop_if_hopeless`), which no
+other point of the sweep can change. A GPU pool (`gpus=N`) is checked against the GPUs there
+are before any job starts.
 """
 
 import atexit
@@ -33,6 +42,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.experimental.callback import Callback
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
+from rich.markup import escape
 
 from runner.errors import RunError
 from runner.record import names
@@ -44,7 +54,29 @@ from runner.results.records import unit as _unit
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
 STATUSES = ("ok", "cached", "refused", "failed", "impossible", "timeout")
+# Statuses that make a finished sweep's command exit 1 ("refused" is the spec doing its job).
+UNCLEAN = ("failed", "impossible", "timeout", "killed", "running")
+# Launchers whose jobs run in this process or in worker processes it ends with itself: a job of
+# theirs still RUNNING once the sweep has ended can be running nowhere (Slurm's may still be).
+LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+STOP_AFTER = 3  # the first jobs that, failing the same way before a device, stop the sweep
 log = logging.getLogger(__name__)
+
+_active: Optional["SweepRecorder"] = None  # the sweep this process drives, while it runs
+_exit_code = 0  # 1 once a sweep of this process has ended with a job not clean
+
+
+def end_active_sweep(status: str, reason: str) -> None:
+    """End the sweep this process drives, if any, as `status` (KILLED, FAILED) with `reason`:
+    the command line calls it when Ctrl-C, SIGTERM or an error stops the sweep."""
+    if _active is not None:
+        _active._end(status, reason)
+
+
+def sweep_exit_code() -> int:
+    """0, or 1 when a sweep this process drove ended with a job that failed, was impossible,
+    timed out or was interrupted."""
+    return _exit_code
 
 
 def in_sweep() -> bool:
@@ -122,6 +154,8 @@ class SweepSummary:
     counts: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)  # "refused: …" / "failed: …" -> count
     best: dict = field(default_factory=dict)  # (kernel, size, backend, device) -> run
+    ended: Optional[str] = None  # how the sweep ended before its jobs did ("interrupted by …")
+    resumable: bool = False  # an interrupted sweep: the same command runs what is left
 
     @classmethod
     def of(cls, runs: list) -> "SweepSummary":
@@ -164,7 +198,23 @@ class SweepSummary:
         ranked = [run for run in self.best.values()]
         return max(ranked, key=_rate) if ranked else None
 
+    def not_run(self, expected: Optional[int]) -> Optional[int]:
+        """How many of the expected jobs never started (None where the count is not known)."""
+        return None if expected is None else max(expected - len(self.runs), 0)
+
     def counts_line(self, expected: Optional[int] = None) -> str:
+        """The jobs by status; for a sweep that ended early, why first and how many did not run,
+        e.g. `interrupted by SIGINT (Ctrl-C): 2/10 jobs: … 2 interrupted; 6 did not run …`."""
+        line = self._counts(expected)
+        if self.ended is None:
+            return line
+        not_run = self.not_run(expected)
+        rest = (f"; {not_run} did not run" if not_run else "") + (
+            " (the same command runs what is left, reusing what was measured)"
+            if self.resumable and (not_run or self.counts["killed"]) else "")
+        return f"{self.ended}: {line}{rest}"
+
+    def _counts(self, expected: Optional[int]) -> str:
         total = f"{self.finished}" + (f"/{expected}" if expected else "")
         return (f"{total} jobs: {self.counts['ok']} measured, {self.counts['cached']} cached "
                 f"(measured before), {self.counts['refused']} refused by constraints or limits, "
@@ -172,7 +222,13 @@ class SweepSummary:
                 + (f", {self.counts['impossible']} impossible (faster than the device can be)"
                    if self.counts["impossible"] else "")
                 + (f", {self.counts['timeout']} timed out" if self.counts["timeout"] else "")
-                + (f", {self.counts['killed']} interrupted" if self.counts["killed"] else ""))
+                + (f", {self.counts['killed']} interrupted" if self.counts["killed"] else "")
+                + (f", {self.counts['running']} still running" if self.counts["running"]
+                   else ""))
+
+    def clean(self) -> bool:
+        """No job failed, was impossible, timed out, was interrupted or is still running."""
+        return not any(self.counts[status] for status in UNCLEAN)
 
     def markdown(self, expected: Optional[int] = None) -> str:
         """The best configuration per kernel and size, and the counts: the parent run's
@@ -286,14 +342,14 @@ def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
 
 def _progress_line(summary: SweepSummary) -> str:
     running = [r for r in summary.runs if r.info.status == "RUNNING"]
-    now = ", ".join(r.info.run_name for r in running[:2]) or "—"
+    now = escape(", ".join(r.info.run_name for r in running[:2]) or "—")
     best = summary.best_overall()
     best_text = "—" if best is None else (
         f"{_rate(best):,.1f} {_unit(best)} {best.data.params.get(names.KERNEL_NAME)} "
         f"{_size(best)} "
         f"{_tiling(best)}".strip())
     skipped = f" · {summary.counts['cached']} cached" if summary.counts["cached"] else ""
-    return f"sweep · now: {now} · best: {best_text}{skipped}"
+    return f"sweep · now: {now} · best: {escape(best_text)}{skipped}"
 
 
 class _ProgressMonitor:
@@ -343,7 +399,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
 
     from runner.terminal.summary import console, log_console
 
-    table = Table(title=f"{parent_name}: best configuration per kernel and size",
+    table = Table(title=f"{escape(parent_name)}: best configuration per kernel and size",
                   title_justify="left")
     any_cached = any(_status(run) == "cached" for run in summary.best.values())
     columns = [("kernel", "left"), ("size", "left"), ("backend", "left"), ("device", "left"),
@@ -355,15 +411,17 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
         pct = run.data.metrics.get(names.PCT_OF_VENDOR)
         row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
                "—" if pct is None else f"{pct:.1f}%"]
-        table.add_row(*row, *([("before (cached)" if _status(run) == "cached" else "now")]
-                              if any_cached else []))
+        measured = [("before (cached)" if _status(run) == "cached" else "now")] if any_cached \
+            else []
+        table.add_row(*map(escape, row), *measured)
     if summary.best:  # in a log or a pipe, as wide as the table needs rather than 80 columns
         (console if console.is_terminal else log_console).print(table)
-    console.print(summary.counts_line(expected) + (
-        f"; {overhead:.2f} s per job beyond the kernels' own work" if overhead is not None
-        else ""))
+    # Escaped: reasons hold brackets (`pip install 'gemmlab[cuda]'`), never markup.
+    console.print(escape(summary.counts_line(expected)) + (
+        f"; {overhead:.2f} s per job beyond the kernels' own work"
+        if overhead is not None and summary.ended is None else ""))
     for reason, count in summary.reasons.most_common(10):
-        console.print(f"  {count} × {reason}")
+        console.print(f"  {count} × {escape(reason)}")
     if len(summary.reasons) > 10:
         console.print(f"  … {len(summary.reasons) - 10} more reasons in failures.md")
     console.print(f"  recorded: MLflow parent run {parent_run_id} in {uri}")
@@ -374,6 +432,7 @@ class SweepRecorder(Callback):
 
     def __init__(self) -> None:
         self._parent_run_id: Optional[str] = None
+        self._jobs_ended = 0
 
     def __getstate__(self) -> dict:
         # Launchers pickle Hydra's context, callbacks included, to their workers: a worker's
@@ -398,6 +457,16 @@ class SweepRecorder(Callback):
         )
 
         tracking = config.tracking
+        pool = OmegaConf.select(config, "gpus")
+        if isinstance(pool, int) and pool > 0:  # before anything is recorded or launched
+            from runner.sweep.gpu_pool import pool_refusal
+
+            refusal = pool_refusal(pool, config.backend)
+            if refusal:
+                from runner.terminal.summary import print_failure
+
+                print_failure(refusal, None)
+                sys.exit(1)
         _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
         try:
             ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
@@ -409,6 +478,7 @@ class SweepRecorder(Callback):
         client = MlflowClient(tracking.uri)
         experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
+        self._definition = definition
         self._expected = expected_jobs(config)
         self._name = sweep_name(config, definition)
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
@@ -420,7 +490,11 @@ class SweepRecorder(Callback):
                 names.SWEEP_DIR: str(OmegaConf.select(config, "hydra.sweep.dir"))}
         run = client.create_run(experiment_id, run_name=self._name, tags=tags)
         self._client, self._uri = client, tracking.uri
+        self._launcher = tags[names.SWEEP_LAUNCHER]
         self._experiment_id, self._parent_run_id = experiment_id, run.info.run_id
+        self._jobs_ended = 0
+        global _active
+        _active = self
         for key, values in definition.items():
             client.log_param(run.info.run_id, f"{names.SWEEP_PARAM_PREFIX}{key}"[:250],
                              values[:6000])
@@ -430,12 +504,56 @@ class SweepRecorder(Callback):
         self._started = time.monotonic()
         self._monitor = _ProgressMonitor(tracking.uri, experiment_id, run.info.run_id,
                                          self._expected)
-        atexit.register(self._end, "KILLED")  # an interrupted sweep still closes its parent
+        # An interrupted sweep still closes its parent (the command line says why first,
+        # through end_active_sweep; this is for a process that exits any other way).
+        atexit.register(self._end, "KILLED", "the sweep's process exited before its jobs ended")
+
+    def on_job_end(self, config: DictConfig, job_return: Any = None, **kwargs: Any) -> None:
+        """In the sweep's own process (the basic launcher, the Optuna sweeper's): stop the
+        sweep when its first jobs all failed the same way before reaching a device."""
+        if self._parent_run_id is None:  # a launcher's worker's copy, or the sweep has ended
+            return
+        self._jobs_ended += 1
+        if STOP_AFTER <= self._jobs_ended <= 2 * STOP_AFTER:
+            self._stop_if_hopeless()
+
+    def _stop_if_hopeless(self) -> None:
+        """End the sweep FAILED, one line, exit 1, when its first STOP_AFTER jobs (and none
+        other) all failed with the same reason before the backend had opened a device (the
+        worker started the job, and no measurement key was recorded: that needs the device):
+        no GPU, no CuPy, no such OpenCL platform or device. With the backend fixed for the whole
+        sweep, no other point of it can change that; the rest would fail one by one."""
+        if any(key.split(".")[0] in ("backend", "gpus") for key in self._definition):
+            return
+        from runner.record.store import holding_signals
+
+        with holding_signals(self._uri):
+            runs = sweep_children(self._client, self._experiment_id, self._parent_run_id)
+        if len(runs) < STOP_AFTER or (self._expected is not None
+                                      and len(runs) >= self._expected):
+            return  # too few to tell, or nothing left to spare
+        reasons = {run.data.tags.get(names.FAILURE_REASON) for run in runs}
+        before_a_device = all(
+            _status(run) == "failed" and names.WORKER_PID in run.data.tags
+            and names.MEASUREMENT_KEY not in run.data.tags for run in runs)
+        if len(reasons) != 1 or not before_a_device or None in reasons:
+            self._jobs_ended = 2 * STOP_AFTER + 1  # decided: no more looking
+            return
+        why = (f"stopped the sweep after its first {len(runs)} jobs: each failed before reaching "
+               f"a device, the same way, which no other point of this sweep can change: "
+               f"{reasons.pop()}")
+        self._end("FAILED", why)
+        from runner.terminal.summary import print_failure
+
+        print_failure(why, None)
+        sys.exit(1)  # not an Exception: Hydra's callbacks would take that for a warning
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         self._end("FINISHED")
 
-    def _end(self, status: str) -> None:
+    def _end(self, status: str, reason: Optional[str] = None) -> None:
+        """Close the parent as `status` (FINISHED, KILLED, FAILED); `reason` says why a sweep
+        ended before its jobs did."""
         if self._parent_run_id is None:
             return
         from runner.record.store import holding_signals
@@ -443,13 +561,41 @@ class SweepRecorder(Callback):
         # Held back while the summary and the status are written: a Ctrl-C meanwhile, or one
         # that lands inside a store call of the sweep's own end, must not leave it RUNNING.
         with holding_signals(self._uri):
-            self._close(status)
+            self._close(status, reason)
 
-    def _close(self, status: str) -> None:
+    def _end_orphans(self, runs: list, reason: str) -> bool:
+        """Mark KILLED, with `reason`, the jobs still RUNNING when the sweep ended early: with
+        joblib, a worker process killed by the launcher (joblib kills its workers when the
+        sweep is interrupted) never wrote its run's end. Only for launchers whose jobs cannot
+        outlive this process; returns whether any was marked."""
+        from mlflow.entities import RunTag
+
+        if self._launcher not in LOCAL_LAUNCHERS:
+            return False
+        orphans = [run for run in runs if run.info.status == "RUNNING"]
+        for run in orphans:
+            self._client.log_batch(run.info.run_id, tags=[
+                RunTag(names.STATUS, "killed"), RunTag(names.FAILURE_REASON, reason)])
+            self._client.set_terminated(run.info.run_id, "KILLED")
+        return bool(orphans)
+
+    def _close(self, status: str, reason: Optional[str] = None) -> None:
+        global _active, _exit_code
         parent, self._parent_run_id = self._parent_run_id, None
+        if _active is self:
+            _active = None
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
-        summary = SweepSummary.of(sweep_children(self._client, self._experiment_id, parent))
+        runs = sweep_children(self._client, self._experiment_id, parent)
+        if status != "FINISHED" and self._end_orphans(runs, reason or status.lower()):
+            runs = sweep_children(self._client, self._experiment_id, parent)
+        summary = SweepSummary.of(runs)
+        if status == "KILLED":
+            summary.ended, summary.resumable = reason or "interrupted", True
+        elif status != "FINISHED":  # the line that ended it follows the summary
+            summary.ended = "ended by the error below"
+        elif not summary.clean():
+            _exit_code = 1
         if not summary.runs:  # no job started (a typo in the sweep): leave no empty parent
             self._forget(parent)
             if status == "FINISHED":  # else the error that stopped the sweep was its one line
@@ -460,6 +606,8 @@ class SweepRecorder(Callback):
         metrics = {}
         try:
             metrics = self._log_summary(parent, summary)
+            if reason:
+                self._client.set_tag(parent, names.FAILURE_REASON, reason[:5000])
         finally:
             self._client.set_terminated(parent, status)
         print_sweep_summary(summary, self._expected, self._name, parent, self._uri,

@@ -21,6 +21,48 @@ from runner.errors import RunError
 WAIT_S = 24 * 3600  # a job waits for a GPU as long as the one before it runs
 
 
+def gpus_here(backend) -> tuple[int, str]:
+    """How many GPUs a pool's jobs can claim with `backend` (its config), and who counted
+    them: CUDA's devices, or the GPUs of the OpenCL platform(s) `backend.platform` selects
+    (Oclgrind's simulated one left out)."""
+    if backend.name == "cuda":
+        from runner.backends.cuda import gpu_count  # CuPy only where a pool is asked for
+
+        return gpu_count(), "CUDA"
+    try:
+        from runner.backends import opencl
+
+        platforms = opencl.cl.get_platforms()
+    except Exception:  # no OpenCL loader or platform: no GPU it can use
+        return 0, "OpenCL"
+    count = 0
+    for index, platform in enumerate(platforms):
+        if not opencl._matches(backend.get("platform"), index, platform.name) \
+                or "oclgrind" in platform.name.lower():
+            continue
+        try:
+            count += len(platform.get_devices(device_type=opencl.cl.device_type.GPU))
+        except Exception:  # CL_DEVICE_NOT_FOUND: a platform without GPUs
+            continue
+    return count, "OpenCL"
+
+
+def pool_refusal(count: int, backend) -> Optional[str]:
+    """Why a pool of `count` GPUs cannot run here (one line), or None: checked before a sweep
+    starts any job, so that no job waits for or runs on a GPU that is not there."""
+    found, counter = gpus_here(backend)
+    if found >= count:
+        return None
+    platform = backend.get("platform")
+    where = f"{counter}" + (f" (backend.platform={platform})" if counter == "OpenCL" and platform
+                            else "")
+    advice = (f"set gpus={found} or fewer" if found else
+              "without a GPU, leave out hydra/launcher=gpus and gpus= (jobs then run one at a "
+              "time, or in parallel with hydra/launcher=joblib)")
+    return (f"gpus={count} gives each of {count} parallel jobs a GPU of its own, but {where} "
+            f"sees {found} GPU(s) here: {advice}")
+
+
 def _lock_folder() -> Path:
     folder = Path(tempfile.gettempdir()) / f"gemmlab-gpu-locks-{os.getuid()}"
     folder.mkdir(parents=True, exist_ok=True)

@@ -23,7 +23,11 @@ def signal_of(interrupt: BaseException) -> signal.Signals:
 
 
 def describe(interrupt: BaseException) -> str:
-    signum = signal_of(interrupt)
+    return describe_signal(signal_of(interrupt))
+
+
+def describe_signal(signum: int) -> str:
+    signum = signal.Signals(signum)
     return f"interrupted by {signum.name}" + (" (Ctrl-C)" if signum == signal.SIGINT else "")
 
 
@@ -47,7 +51,9 @@ def shielded():
     second Ctrl-C must not leave the run RUNNING. One that came meanwhile is raised when the
     block ends, also when the block failed (the failure is then its context): a store error
     must not swallow the user's Ctrl-C. Blocks nest: an inner one leaves the held signal to
-    the outermost, so that a whole run's end is written before it is raised."""
+    the outermost, so that a whole run's end is written before it is raised. The signal goes
+    to the handler the block found (Python's raises KeyboardInterrupt; the command line's, as
+    the process ends, holds it; an ignored one stays ignored)."""
     global _shield_depth
     if threading.current_thread() is not threading.main_thread() or _shield_depth:
         yield
@@ -64,4 +70,8 @@ def shielded():
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         if pending:
-            raise Terminated() if pending[0] == signal.SIGTERM else KeyboardInterrupt()
+            handler = previous[pending[0]]
+            if callable(handler):  # Python's (raises), or the command line's as it exits
+                handler(pending[0], None)
+            elif handler != signal.SIG_IGN:
+                raise Terminated() if pending[0] == signal.SIGTERM else KeyboardInterrupt()

@@ -1,0 +1,249 @@
+"""The user's input checked before anything is recorded: each problem is one RunError (Refused
+where a sweep counts it as refused) whose message names the value and what is allowed.
+
+- `command_line_error(argv)`: a top-level key the schema does not know (`sise=128`, with a
+  did-you-mean), or a `+key` that would be added and then ignored (`+sise=128`,
+  `+timing.repaets=3`); `+` adds only a preset group (`+experiment=`, `+search=`,
+  `+seed_row/<table>=`) or a flag (`+rerun=true`); and the folders of `kernel_dirs=[…]` and
+  GEMMLAB_KERNEL_PATH. Before Hydra composes anything, so a sweep says it once.
+- `refuse_missing_searchpath()`: a `hydra.searchpath` folder that is not there, refused rather
+  than Hydra's two-line UserWarning and a run that goes on without the user's configs.
+- `check_kernel_complete(cfg)`: a kernel YAML that leaves out a key every kernel needs, named
+  with its file.
+- `check_kernel_dirs(cfg.kernel_dirs)`: a folder of `kernel_dirs` or GEMMLAB_KERNEL_PATH that
+  is not there (the packaged kernel would run in its place).
+- `check_shape(cfg)`: a named shape of the wrong rank for the kernel (`shape=1000x1030` with an
+  sgemm would take K from `size`).
+"""
+
+import dataclasses
+import difflib
+import os
+import re
+import typing
+import warnings
+from pathlib import Path
+from typing import Iterable, Optional
+
+from omegaconf import MISSING, OmegaConf
+
+from runner.config.paths import CONF_DIR, KERNEL_PATH_VARIABLE
+from runner.config.schema import FLAGS, Config, KernelConfig, Operation
+from runner.errors import Refused, RunError
+
+PRESETS = ("experiment=", "search=", "seed_row/<table>=")  # groups added with `+`
+NOT_GROUPS = {"seeds"}  # conf/seeds/: the seed tables' data (runner.seed_tables), not configs
+
+
+def _groups(folders: Iterable[Path]) -> set[str]:
+    return {child.name for folder in folders if folder.is_dir() for child in folder.iterdir()
+            if child.is_dir() and not child.name.startswith((".", "_"))} - NOT_GROUPS
+
+
+def _searchpath_folders(overrides: list[str]) -> list[Path]:
+    """The `file://` folders of a `hydra.searchpath=[…]` override on the command line."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    folders = []
+    for text in overrides:
+        if not text.lstrip("+").startswith("hydra.searchpath="):
+            continue
+        try:
+            (override,) = OverridesParser.create().parse_overrides([text])
+            entries = override.value()
+        except Exception:  # Hydra says what is wrong with it
+            continue
+        for entry in entries if isinstance(entries, list) else [entries]:
+            if isinstance(entry, str) and entry.startswith("file://"):
+                folders.append(Path(entry[len("file://"):]))
+    return folders
+
+
+def _fields(node) -> Optional[dict]:
+    """The fields of a schema dataclass (by name: their types), None for a node of any keys."""
+    if not (isinstance(node, type) and dataclasses.is_dataclass(node)):
+        return None
+    hints = typing.get_type_hints(node)
+    return {f.name: hints.get(f.name) for f in dataclasses.fields(node)}
+
+
+def _unknown_key(key: str) -> Optional[tuple[str, list[str]]]:
+    """Where a dotted key leaves the schema: (the part that no dataclass has, its siblings)."""
+    node, path = Config, []
+    for part in key.split("."):
+        fields = _fields(node)
+        if fields is None:  # a dict (kernel.params) or a node of any keys (backend): not ours
+            return None
+        if part not in fields:
+            return ".".join([*path, part]), [".".join([*path, name]) for name in fields]
+        node, path = fields[part], [*path, part]
+    return None
+
+
+def _suggestion(key: str, known: list[str], value: str) -> str:
+    close = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+    return f"did you mean {close[0]}={value}? " if close else ""
+
+
+def command_line_error(argv: list[str]) -> Optional[str]:
+    """The first override of `argv` naming a key gemmlab does not have, in one line; None when
+    every key is known (Hydra then says what else is wrong, if anything)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    overrides = [arg for arg in argv if "=" in arg and not arg.startswith("-")]
+    groups = _groups([CONF_DIR, *_searchpath_folders(overrides)]) | {"hydra"}
+    top = list(_fields(Config))
+    parser = OverridesParser.create()
+    for text in overrides:
+        try:
+            (override,) = parser.parse_overrides([text])
+        except Exception:  # not an override Hydra can parse: its own message says why
+            continue
+        if override.is_hydra_override() or override.type == OverrideType.DEL:
+            continue
+        key = override.key_or_group
+        if key == "kernel_dirs" and not override.is_sweep_override():
+            folders = override.value()
+            try:  # here too, so that a sweep says it once, before any job
+                check_kernel_dirs(folders if isinstance(folders, list) else [])
+            except RunError as error:
+                return str(error)
+        value = text.split("=", 1)[1]
+        adds = override.type in (OverrideType.ADD, OverrideType.FORCE_ADD)
+        presets = ", ".join(f"+{group}" for group in PRESETS)
+        flags = ", ".join(f"+{flag}=true" for flag in FLAGS)
+        allowed = (f"allowed: the keys {', '.join(top)}; the groups "
+                   f"{', '.join(sorted(groups - {'hydra'}))}; with +, a preset ({presets}) or a "
+                   f"flag ({flags}); gemmlab --help lists them")
+        if "/" in key or override.package is not None:
+            if key.split("/")[0] not in groups:
+                return f"{text}: there is no config group {key.split('/')[0]!r}; {allowed}"
+            continue
+        if "." not in key:
+            if key in top or key in groups or (adds and key in FLAGS):
+                continue
+            if key in FLAGS:
+                return (f"{text}: {key} is a flag, given with +: +{key}={value} "
+                        f"({FLAGS[key]})")
+            hint = _suggestion(key, [*top, *sorted(groups - {"hydra"}), *FLAGS], value)
+            what = ("gemmlab has no key {!r}, and '+' would add it only to be ignored" if adds
+                    else "gemmlab has no key {!r}").format(key)
+            return f"{text}: {what}; {hint}{allowed}"
+        if not adds:
+            continue  # a dotted key to change: the schema's own message names the class
+        unknown = _unknown_key(key)
+        if unknown is not None:
+            missing, siblings = unknown
+            hint = _suggestion(missing, siblings, value)
+            return (f"{text}: gemmlab has no key {missing!r}, and '+' would add it only to be "
+                    f"ignored; {hint}allowed under {missing.rsplit('.', 1)[0]}: "
+                    f"{', '.join(name.rsplit('.', 1)[1] for name in siblings)}")
+    try:
+        check_kernel_dirs()  # GEMMLAB_KERNEL_PATH's folders
+    except RunError as error:
+        return str(error)
+    return None
+
+
+SEARCHPATH_WARNING = re.compile(r"provider=hydra\.searchpath in ([\w-]+), path=(.*) is not "
+                                r"available\.?$")
+
+
+def refuse_missing_searchpath() -> None:
+    """Make Hydra's warning for a `hydra.searchpath` entry that is not there (a folder that does
+    not exist, a package that cannot be imported) a RunError, which the command line prints as
+    one line: a user's configs that are not found would leave the run composed without them."""
+    if getattr(warnings.showwarning, "gemmlab", False):
+        return
+    shown = warnings.showwarning
+
+    def showwarning(message, category, filename, lineno, file=None, line=None):
+        found = SEARCHPATH_WARNING.match(str(message))
+        if found is None:
+            return shown(message, category, filename, lineno, file, line)
+        where, path = found.groups()
+        raise RunError(f"hydra.searchpath: {path} is not a folder of configs (from the "
+                       f"{where}); allowed: a folder that exists, e.g. "
+                       "hydra.searchpath=[file:///path/to/my_conf] holding kernel/<name>.yaml")
+
+    showwarning.gemmlab = True
+    warnings.showwarning = showwarning
+    warnings.filterwarnings("always", message=r"provider=hydra\.searchpath in ")
+
+
+def config_file(group: str, choice: Optional[str], sources) -> Optional[Path]:
+    """The YAML Hydra composed for `group=choice`: the first file source of the search path
+    that has `<group>/<choice>.yaml` (Hydra's own order)."""
+    if not choice:
+        return None
+    for source in sources or ():
+        if source.get("schema") == "file":
+            path = Path(source.get("path")) / group / f"{choice}.yaml"
+            if path.is_file():
+                return path
+    return None
+
+
+REQUIRED_KERNEL_KEYS = [f.name for f in dataclasses.fields(KernelConfig) if f.default == MISSING]
+
+
+def check_kernel_complete(cfg, choice: Optional[str] = None, sources=None) -> None:
+    """A RunError naming the kernel's YAML and each key it leaves out (`operation:`, say);
+    a size rule's `max_registers` may be left out (the kernel's own cap then)."""
+    missing = sorted(key for key in OmegaConf.missing_keys(cfg.kernel)
+                     if not re.fullmatch(r"(kernel\.)?size_rules\[\d+\]\.max_registers", key))
+    if not missing:
+        return
+    shown = [key.removeprefix("kernel.") for key in missing]
+    path = config_file("kernel", choice, sources)
+    where = f"{path} (kernel={choice})" if path else f"the kernel config (kernel={choice})"
+    allowed = ""
+    if "operation" in shown:
+        allowed = f" (allowed: {', '.join(op.value for op in Operation)})"
+    raise RunError(f"{where} has no {', '.join(f'`{key}:`' for key in shown)}{allowed}; every "
+                   f"kernel YAML sets {', '.join(REQUIRED_KERNEL_KEYS)} and work.bytes "
+                   "(docs/adding-a-kernel.md)")
+
+
+def check_kernel_dirs(configured: Iterable[str] = ()) -> None:
+    """A RunError for a folder of `kernel_dirs` or GEMMLAB_KERNEL_PATH that is not there, or
+    holds neither opencl/ nor cuda/: the packaged kernel would otherwise run in its place."""
+    given = [("kernel_dirs", entry) for entry in configured or ()]
+    given += [(KERNEL_PATH_VARIABLE, entry) for entry in
+              os.environ.get(KERNEL_PATH_VARIABLE, "").split(os.pathsep) if entry]
+    for where, entry in given:
+        folder = Path(str(entry)).expanduser()
+        if not folder.is_dir():
+            problem = "does not exist" if not folder.exists() else "is not a folder"
+        elif not ((folder / "opencl").is_dir() or (folder / "cuda").is_dir()):
+            problem = "holds neither opencl/ nor cuda/"
+        else:
+            continue
+        shown = f"{entry}" + ("" if str(folder.resolve()) == str(entry) else
+                              f" ({folder.resolve()})")
+        raise RunError(f"{where}: {shown} {problem}; allowed: folders "
+                       "that exist, each holding opencl/ and/or cuda/ with the kernel sources "
+                       + ("(os.pathsep-separated, like PATH)" if where == KERNEL_PATH_VARIABLE
+                          else "(kernel_dirs=[/path/to/my_kernels])"))
+
+
+def check_shape(cfg, shape: Optional[str], task_overrides: Iterable[str] = ()) -> None:
+    """Refused: a named shape that gives M and N only for an sgemm (K would come from `size`,
+    unseen), or M, N and K for a copy or transpose (K unused)."""
+    if not shape:
+        return
+    operation = Operation(getattr(cfg.kernel.operation, "value", cfg.kernel.operation))
+    k_given = any(str(o).split("=", 1)[0].lstrip("+~") == "k" for o in task_overrides)
+    shape_sets_k = not OmegaConf.is_interpolation(cfg, "k") and not k_given
+    shape_sets_mn = not (OmegaConf.is_interpolation(cfg, "m")
+                         and OmegaConf.is_interpolation(cfg, "n"))
+    if operation is Operation.sgemm and OmegaConf.is_interpolation(cfg, "k") and shape_sets_mn:
+        raise Refused(f"shape={shape} gives M x N only ({cfg.m}x{cfg.n}, a copy or transpose "
+                      f"shape), and {cfg.kernel.name} is an sgemm, M x N x K: K would be "
+                      f"size={cfg.size}; allowed: an M x N x K shape (e.g. shape=1000x1030x999), "
+                      f"or add k=<K>")
+    if operation is not Operation.sgemm and shape_sets_k:
+        raise Refused(f"shape={shape} gives M x N x K ({cfg.m}x{cfg.n}x{cfg.k}, an sgemm "
+                      f"shape), and {cfg.kernel.name} is a {operation.value}, M x N: K would be "
+                      f"ignored; allowed: an M x N shape (e.g. shape=1000x1030), or m=… n=…")
