@@ -233,4 +233,21 @@ def main() -> Optional[float]:
     if problem is not None:
         print_failure(problem, None)
         sys.exit(1)
+    sys.argv[1:] = per_job_kernel_values(sys.argv[1:])
     return _hydra_main()
+
+
+def per_job_kernel_values(argv: list[str]) -> list[str]:
+    """In a sweep over kernels, `kernel.params.TSM=64` (or `kernel.defines.…`) is meant for each
+    job's kernel: as a plain override Hydra applies it to the sweep's own config, whose kernel is
+    the default one, and stops ("Key 'TSM' is not in struct"). As `choice(64)` it is a sweep
+    value of one, applied to each job's composed kernel."""
+    multirun = any(arg in ("-m", "--multirun") for arg in argv)
+    kernels_swept = any(arg.startswith("kernel=") and "," in arg for arg in argv)
+    if not (multirun and kernels_swept):
+        return argv
+    prefixes = ("kernel.params.", "kernel.defines.")
+    return [f"{arg.split('=', 1)[0]}=choice({arg.split('=', 1)[1]})"
+            if arg.startswith(prefixes) and "=" in arg and "," not in arg
+            and "(" not in arg.split("=", 1)[1] else arg
+            for arg in argv]
