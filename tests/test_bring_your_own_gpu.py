@@ -20,7 +20,8 @@ def _jobs(uri: str) -> list:
     client = MlflowClient(uri)
     experiment = client.get_experiment_by_name("gemmlab").experiment_id
     return [run for run in client.search_runs([experiment])
-            if run.data.tags.get("gemmlab.sweep") != "true"]
+            if run.data.tags.get("gemmlab.sweep") != "true"
+            and run.data.tags.get("gemmlab.series") != "true"]
 
 
 @pytest.mark.parametrize("name, overrides", [

@@ -124,8 +124,9 @@ def _sweep_children(client, experiment: str = "gemmlab") -> dict:
     experiment_id = client.get_experiment_by_name(experiment).experiment_id
     parents = client.search_runs([experiment_id], "tags.`gemmlab.sweep` = 'true'",
                                  order_by=["attributes.start_time ASC"])
-    return {parent.info.run_id: (parent, client.search_runs(
-        [experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'"))
+    return {parent.info.run_id: (parent, [run for run in client.search_runs(
+        [experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+        if run.data.tags.get("gemmlab.series") != "true"])  # a chart's lines, not jobs
         for parent in parents}
 
 

@@ -51,6 +51,16 @@ def test_a_run_is_recorded_with_everything(store):
     assert tags["device.driver"] and tags["device.platform"]
     assert tags["gemmlab.runner_version"]
     assert tags["vendor.name"].startswith("numpy")
+    # The headline: against the library of the step's own precision, named; both kept.
+    assert tags["perf.reference"] == "numpy SGEMM"
+    if "vendor.unusable" in tags:  # a noisy baseline (a busy host): no % at all
+        assert "perf/pct_of_reference" not in metrics and "perf/pct_of_vendor" not in metrics
+    else:
+        assert metrics["perf/pct_of_reference"] == metrics["perf/pct_of_vendor"]
+    # The run name leads with kernel and size, then the rate and the reference it is against.
+    assert tags["mlflow.runName"].startswith("matmul_2 96x80x40 · ")
+    assert " GFLOPS · " in tags["mlflow.runName"] and "numpy SGEMM" in tags["mlflow.runName"]
+    assert tags["mlflow.runName"].split(" · ")[-1] == "opencl TS=8"
     artifacts = {a.path for a in MlflowClient(store).list_artifacts(recorded.info.run_id)}
     assert {"source", "compile_log.txt", "timing", "config.yaml"} <= artifacts
     config = mlflow.artifacts.load_text(f"runs:/{recorded.info.run_id}/config.yaml")
@@ -68,6 +78,10 @@ def test_a_copy_run_reports_bandwidth_against_the_device_copy(store):
     assert metrics["bw/gbps"] == pytest.approx(2 * 65 * 130 * 4 / metrics["time_ms/median"] / 1e6)
     assert "vendor/gbps" in metrics and "perf/gflops" not in metrics
     assert metrics["check/rel_error"] == 0.0
+    recorded = _only_run(store)
+    assert recorded.data.tags["perf.reference"] == "device copy"
+    assert recorded.data.tags["mlflow.runName"].startswith("transpose_1 65x130 · ")
+    assert " GB/s · " in recorded.data.tags["mlflow.runName"]
 
 
 def test_python_m_runner_works_from_any_directory(tmp_path):

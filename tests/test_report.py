@@ -133,7 +133,7 @@ def _as_backend(run: Run, backend: str, scale: float) -> Run:
     """The same run relabelled as another backend with scaled rates (a stand-in for a CUDA run,
     which this machine cannot make) and the registers a GPU compiler would report."""
     metrics = dict(run.data.metrics)
-    for key in ("perf/gflops", "bw/gbps", "perf/pct_of_vendor"):
+    for key in ("perf/gflops", "bw/gbps", "perf/pct_of_vendor", "perf/pct_of_reference"):
         if key in metrics:
             metrics[key] *= scale
     metrics["kernel/registers"] = 32.0
@@ -409,3 +409,53 @@ def test_usage_names_the_command_a_user_types(module, capsys):
     with pytest.raises(SystemExit):
         import_module(f"runner.results.{module}").main(["--help"])
     assert capsys.readouterr().out.startswith(f"usage: python -m runner.{module} ")
+
+
+def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_path,
+                                                                         monkeypatch):
+    """A TF32 step is shown against cuBLAS TF32 (not its 770% of cuBLAS SGEMM), an FP32 one
+    against cuBLAS SGEMM, each row with its SM clock, what was not clean and its commit; the
+    rate plot draws cuBLAS TF32 beside cuBLAS SGEMM."""
+    import runner.results.report as report
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    from runner.record.tracking import experiment_for
+
+    experiment = experiment_for(uri, "headline")
+    rows = [("matmul_9", "fp32", 51_000.0, {"perf/pct_of_vendor": 99.0}, "clean", "none"),
+            ("matmul_13", "tf32", 397_645.0, {"perf/pct_of_vendor": 770.0,
+                                              "perf/pct_of_vendor_tf32": 98.3,
+                                              "vendor_tf32/gflops": 404_500.0},
+             "clean", "sw_power_cap")]
+    for kernel, precision, gflops, metrics, hygiene, reasons in rows:
+        run = client.create_run(experiment, run_name=kernel)
+        client.log_batch(
+            run.info.run_id,
+            metrics=[Metric(k, v, 0, 0) for k, v in {
+                "perf/gflops": gflops, "vendor/gflops": 51_600.0, "gpu/sm_clock_mhz": 1890.0,
+                **metrics}.items()],
+            params=[Param(k, v) for k, v in {
+                "backend.name": "cuda", "kernel.name": kernel, "kernel.precision": precision,
+                "M": "4096", "N": "4096", "K": "4096"}.items()],
+            tags=[RunTag(k, v) for k, v in {
+                "gemmlab.status": "ok", "gemmlab.operation": "sgemm", "device.name": "H100",
+                "vendor.name": "cuBLAS SGEMM (CuPy, TF32 off)",
+                "vendor_tf32.name": "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)",
+                "gpu.hygiene": hygiene, "gpu.clock_reasons": reasons,
+                "gemmlab.git_commit": "4788ee4a9f0c1d2e3f4a5b6c7d8e9f0a1b2c3d4e-dirty"}.items()])
+        client.set_terminated(run.info.run_id)
+    runs = client.search_runs([experiment])
+    page = build_report(runs, "headline", tmp_path / "page", uri)[0].read_text()
+    assert "| matmul_13 | 397,645 (98% cuBLAS TF32) † |" in page
+    assert "| matmul_9 | 51,000 (99% cuBLAS SGEMM) |" in page
+    assert ("| matmul_13 | 4096x4096x4096 | 397,645 | cuBLAS TF32 | 404,500 | 98.3 |" in page)
+    assert "| 1,890 MHz | clocks: sw_power_cap | `4788ee4-dirty` |" in page
+    assert "| 1,890 MHz | clean | `4788ee4-dirty` |" in page
+    assert "770" not in page
+    assert "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)" in page  # the provenance list
+    figures = []
+    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
+    report.plot_rates("headline", report.latest_per_cell(runs), tmp_path / "rate.png")
+    labels = [line.get_label() for line in figures[0].axes[0].get_lines()]
+    assert "cuBLAS TF32" in labels and "cuBLAS SGEMM (CuPy, TF32 off)" in labels

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from conftest import compose_config
@@ -38,8 +39,17 @@ def parents(client: MlflowClient, experiment: str = "gemmlab") -> list:
 
 
 def children(client: MlflowClient, parent) -> list:
-    return client.search_runs([parent.info.experiment_id],
-                              f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+    """The sweep's jobs (its series runs, lines of its chart, left out)."""
+    return [run for run in client.search_runs(
+        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}'")
+        if run.data.tags.get("gemmlab.series") != "true"]
+
+
+def series_runs(client: MlflowClient, parent) -> dict:
+    """The sweep's series runs by their gemmlab.series.of tag."""
+    return {run.data.tags["gemmlab.series.of"]: run for run in client.search_runs(
+        [parent.info.experiment_id], f"tags.`mlflow.parentRunId` = '{parent.info.run_id}' "
+        "and tags.`gemmlab.series` = 'true'")}
 
 
 def statuses(runs) -> list[str]:
@@ -66,17 +76,25 @@ def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
     assert tuple(tags[f"gemmlab.sweep.{key}"] for key in ("ok", "refused", "failed", "cached",
                                                           "jobs")) == ("2", "2", "0", "0", "4")
     assert float(tags["gemmlab.sweep.overhead_s_per_job"]) < float(tags["gemmlab.sweep.wall_s"])
-    # The charts get the rates only: one metric per kernel, the size as its step.
-    assert set(parent.data.metrics) == {"gflops/matmul_2"}
-    history = client.get_metric_history(parent.info.run_id, "gflops/matmul_2")
-    assert sorted(point.step for point in history) == [24, 40]
+    # The chart is the series runs': the parent logs no metric of its own.
+    assert parent.data.metrics == {}
+    lines = series_runs(client, parent)
+    # The library's line is there unless every baseline stayed noisy (a busy host: no %).
+    with_pct = any("perf/pct_of_reference" in run.data.metrics for run in jobs)
+    assert set(lines) == {"kernel matmul_2 on opencl"} | (
+        {"numpy SGEMM on opencl"} if with_pct else set())
+    history = client.get_metric_history(lines["kernel matmul_2 on opencl"].info.run_id,
+                                        "series/gflops")
     best = {run.data.params["M"]: run.data.metrics["perf/gflops"] for run in jobs
             if run.data.tags["gemmlab.status"] == "ok"}
     assert {point.step: point.value for point in history} == {24: best["24"], 40: best["40"]}
     assert parent.info.run_name == "matmul_2 size=24,40 TS=8,12 · opencl sweep"
-    first, second = parent.data.tags["mlflow.note.content"].splitlines()[:2]
-    assert "size=24,40" in first and "4 jobs" in first
-    assert "report/" in second and "gflops/<kernel>" in second
+    note = parent.data.tags["mlflow.note.content"]
+    assert note.startswith("**Best rate per size**")
+    assert "| size | matmul_2 |" in note and "| 24³ | **★ " in note and "numpy SGEMM)" in note
+    about = next(line for line in note.splitlines() if line.startswith("**matmul_2 size="))
+    assert "4 jobs" in about
+    assert "report/" in note and "`series/gflops`" in note
     assert parent.data.tags["device.name"] and parent.data.tags["gemmlab.runner_version"]
     assert "TS=8" in parent.data.tags["gemmlab.sweep.best"]
     artifacts = {a.path for a in client.list_artifacts(parent.info.run_id)}
@@ -87,6 +105,33 @@ def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
     assert "2 × refused: matmul_2: TS=12 is not an allowed value" in Path(failures).read_text()
     assert "best configuration per kernel and size" in done.stdout
     assert "4/4 jobs: 2 measured, 0 cached (measured before), 2 refused" in done.stdout
+
+
+def test_a_cpu_sweep_of_two_kernels_over_three_sizes_leaves_a_line_per_kernel(tmp_path):
+    """Issue 40's acceptance: one series run per kernel under the parent, its rate a history
+    over the sizes under one shared key; the jobs named kernel and size first; readers take the
+    series runs for no job."""
+    from runner.results.runs import load_runs
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sweep(tmp_path, "kernel=matmul_1,matmul_2", "size=16,24,32", f"tracking.uri={store}")
+    client = MlflowClient(store)
+    (parent,) = parents(client)
+    lines = series_runs(client, parent)
+    kernels = {of: run for of, run in lines.items() if of.startswith("kernel ")}
+    assert set(kernels) == {"kernel matmul_1 on opencl", "kernel matmul_2 on opencl"}
+    for run in lines.values():
+        assert set(run.data.metrics) == {"series/gflops"}, "one shared key: one chart"
+        history = client.get_metric_history(run.info.run_id, "series/gflops")
+        assert sorted(point.step for point in history) == [16, 24, 32]
+        assert run.data.tags["gemmlab.status"] == "series" and run.info.status == "FINISHED"
+        assert "x (MLflow's *Step*) is the size" in run.data.tags["mlflow.note.content"]
+    jobs = children(client, parent)
+    assert len(jobs) == 6 and parent.data.tags["gemmlab.sweep.jobs"] == "6"
+    assert sorted(run.info.run_name.split(" · ")[0] for run in jobs) == [
+        f"matmul_{k} {n}³" for k in (1, 2) for n in (16, 24, 32)]
+    assert {run.info.run_id for run in load_runs(store, None, parent.info.run_id)} == \
+        {run.info.run_id for run in jobs}
 
 
 def test_the_sweep_summary_keeps_its_tiling_column_in_a_narrow_pipe(tmp_path):
@@ -385,7 +430,8 @@ def test_the_tuning_page_compares_the_search_with_the_grid(tmp_path):
 
 
 def _job(kernel: str, m: int, n: int, k: int, rate: float, backend: str = "opencl",
-         operation: str = "sgemm"):
+         operation: str = "sgemm", precision: str = "fp32", metrics: Optional[dict] = None,
+         tags: Optional[dict] = None):
     """A recorded job as MLflow returns it, without a store."""
     from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 
@@ -393,39 +439,95 @@ def _job(kernel: str, m: int, n: int, k: int, rate: float, backend: str = "openc
     info = RunInfo(run_id=f"{kernel}{backend}{m}{n}{k}{rate}", experiment_id="1",
                    user_id="", status="FINISHED", start_time=1, end_time=2,
                    lifecycle_stage="active")
-    params = {"kernel.name": kernel, "backend.name": backend, "M": m, "N": n, "K": k}
-    tags = {"gemmlab.status": "ok", "gemmlab.operation": operation, "device.name": "CPU"}
-    return Run(info, RunData(metrics=[Metric(metric, rate, 0, 0)],
+    params = {"kernel.name": kernel, "backend.name": backend, "M": m, "N": n, "K": k,
+              "kernel.precision": precision}
+    tags = {"gemmlab.status": "ok", "gemmlab.operation": operation, "device.name": "CPU",
+            **(tags or {})}
+    metrics = {metric: rate, **(metrics or {})}
+    return Run(info, RunData(metrics=[Metric(key, v, 0, 0) for key, v in metrics.items()],
                              params=[Param(key, str(v)) for key, v in params.items()],
                              tags=[RunTag(key, v) for key, v in tags.items()]))
 
 
-def test_the_parents_series_are_the_best_rate_per_kernel_with_the_size_as_step():
-    from runner.sweep.callback import SweepSummary, description, series_metrics
+def _points(line) -> dict:
+    return {(m.key, m.step): m.value for m in line.metrics(0)}
+
+
+def test_the_series_are_the_best_rate_per_kernel_under_one_key_with_the_size_as_step():
+    from runner.sweep.callback import SweepSummary, description, sweep_series
 
     jobs = [_job("matmul_1", 64, 64, 64, 1.0), _job("matmul_1", 64, 64, 64, 3.0),
             _job("matmul_1", 128, 128, 128, 2.0), _job("matmul_2", 64, 64, 64, 5.0),
             _job("copy_1", 256, 256, 1, 40.0, operation="copy")]
     summary = SweepSummary.of(jobs)
-    points = {(m.key, m.step): m.value for m in series_metrics(summary)}
-    assert points == {("gflops/matmul_1", 64): 3.0, ("gflops/matmul_1", 128): 2.0,
-                      ("gflops/matmul_2", 64): 5.0, ("gbps/copy_1", 256): 40.0}
+    lines = {line.of: line for line in sweep_series(summary)}
+    assert {of: _points(line) for of, line in lines.items()} == {
+        "kernel copy_1 on opencl": {("series/gbps", 256): 40.0},
+        "kernel matmul_1 on opencl": {("series/gflops", 64): 3.0, ("series/gflops", 128): 2.0},
+        "kernel matmul_2 on opencl": {("series/gflops", 64): 5.0}}
+    assert lines["kernel matmul_1 on opencl"].name == "matmul_1 · opencl · rate by size"
     text = description("sweep x: kernel=matmul_1,matmul_2", summary, 5, ["CPU"])
-    assert text.splitlines()[0].startswith("**sweep x: kernel=matmul_1,matmul_2**: 5 jobs on CPU")
-    assert "M where M, N, K differ" not in text  # every size here is square
+    about = next(line for line in text.splitlines() if line.startswith("**sweep x"))
+    assert about.startswith("**sweep x: kernel=matmul_1,matmul_2**: 5 jobs on CPU")
+    assert "`series/gbps`, `series/gflops`" in text and "not_square" not in text
     assert "Best configuration per kernel and size:" in text
 
 
-def test_several_backends_get_a_series_each_and_odd_shapes_step_by_m():
-    from runner.sweep.callback import SweepSummary, description, series_metrics
+def test_odd_shapes_and_each_backend_get_series_of_their_own_and_the_vendor_a_line():
+    from runner.sweep.callback import SweepSummary, series_description, sweep_series
 
-    jobs = [_job("matmul_2", 64, 64, 64, 1.0), _job("matmul_2", 64, 64, 64, 9.0, "cuda"),
+    vendor = {"tags": {"vendor.name": "numpy SGEMM (host BLAS)"}}
+    jobs = [_job("matmul_2", 64, 64, 64, 1.0, metrics={"vendor/gflops": 4.0,
+                                                       "perf/pct_of_vendor": 25.0}, **vendor),
+            _job("matmul_1", 64, 64, 64, 2.0, metrics={"vendor/gflops": 6.0,
+                                                       "perf/pct_of_vendor": 33.0}, **vendor),
+            _job("matmul_1", 64, 64, 64, 2.5, metrics={"vendor/gflops": 5.0,
+                                                       "perf/pct_of_vendor": 50.0}, **vendor),
+            _job("matmul_2", 64, 64, 64, 9.0, "cuda"),
             _job("matmul_2", 33, 17, 9, 0.5)]
-    summary = SweepSummary.of(jobs)
-    points = {(m.key, m.step): m.value for m in series_metrics(summary)}
-    assert points == {("gflops/matmul_2/opencl", 64): 1.0, ("gflops/matmul_2/cuda", 64): 9.0,
-                      ("gflops/matmul_2/opencl", 33): 0.5}
-    assert "(M where M, N, K differ)" in description("s", summary, None, ["CPU"])
+    lines = {line.of: line for line in sweep_series(SweepSummary.of(jobs))}
+    # Square sizes on the line, the other shape under a key of its own: no line joins them.
+    assert _points(lines["kernel matmul_2 on opencl"]) == {
+        ("series/gflops", 64): 1.0, ("series/gflops_not_square", 17): 0.5}
+    assert _points(lines["kernel matmul_2 on cuda"]) == {("series/gflops", 64): 9.0}
+    # The library's line: its median over the jobs that measured it, under the same key.
+    library = lines["numpy SGEMM on opencl"]
+    assert _points(library) == {("series/gflops", 64): 5.0}
+    assert library.tags == {"gemmlab.backend": "opencl", "perf.reference": "numpy SGEMM"}
+    assert lines["kernel matmul_2 on cuda"].tags == {"gemmlab.kernel": "matmul_2",
+                                                     "gemmlab.backend": "cuda"}
+    said = series_description(lines["kernel matmul_2 on opencl"], "s")
+    assert "x (MLflow's *Step*) is the size, M = N = K" in said and "33x17x9 at 17" in said
+
+
+def test_the_description_leads_with_size_by_kernel_the_winner_and_the_right_reference():
+    """The H100 case: a TF32 step against cuBLAS TF32 (not 770% of cuBLAS SGEMM), a 3xTF32
+    step against cuBLAS SGEMM, from records made before perf.reference existed; the fastest at
+    each size starred; a job whose GPU was held back listed with its clock."""
+    from runner.sweep.callback import SweepSummary, description
+
+    old = {"vendor.name": "cuBLAS SGEMM (CuPy, TF32 off)",
+           "vendor_tf32.name": "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)",
+           "gpu.hygiene": "clean", "gpu.clock_reasons": "none"}
+    jobs = [_job("matmul_13", 4096, 4096, 4096, 397_645.0, "cuda", precision="tf32",
+                 metrics={"perf/pct_of_vendor": 770.0, "perf/pct_of_vendor_tf32": 98.3},
+                 tags=old),
+            _job("matmul_12", 4096, 4096, 4096, 92_000.0, "cuda", precision="tf32x3",
+                 metrics={"perf/pct_of_vendor": 177.0, "perf/pct_of_vendor_tf32": 23.0},
+                 tags=old),
+            _job("matmul_12", 8192, 8192, 8192, 93_000.0, "cuda", precision="tf32x3",
+                 metrics={"perf/pct_of_vendor": 182.0, "gpu/sm_clock_mhz": 1890.0},
+                 tags={**old, "gpu.clock_reasons": "sw_power_cap"})]
+    text = description("sgemm", SweepSummary.of(jobs), 3, ["H100"])
+    lines = text.splitlines()
+    assert lines[0].startswith("**Best rate per size** (GFLOPS)")
+    assert lines[2] == "| size | matmul_12 | matmul_13 |"
+    assert lines[4] == ("| 4096³ | 92,000 (177% cuBLAS SGEMM) | "
+                        "**★ 397,645 (98% cuBLAS TF32)** |")
+    assert lines[5] == "| 8192³ | **★ 93,000 (182% cuBLAS SGEMM) †** | — |"
+    assert "- matmul_12 8192³: clocks: sw_power_cap, SM clock 1,890 MHz" in text
+    assert "770" not in text
+    assert "| 397,645.0 GFLOPS | 98.3% cuBLAS TF32 |" in text
 
 
 @pytest.mark.parametrize("overrides, said", [
@@ -495,7 +597,7 @@ def test_a_cpu_ladder_with_a_size_counts_its_jobs_and_heads_the_cached_column(tm
     assert "2/2 jobs: 2 measured" in first.stdout
     again = sweep(tmp_path, *points)
     assert "2/2 jobs: 0 measured, 2 cached" in again.stdout
-    header = next(line for line in again.stdout.splitlines() if "% of vendor" in line)
+    header = next(line for line in again.stdout.splitlines() if "% of reference" in line)
     assert header.rstrip(" ┃│").endswith("measured")
     assert again.stdout.count("before (cached)") == 2
     client = MlflowClient(store)
@@ -513,7 +615,8 @@ def test_the_opencl_device_is_named_once_per_process_not_per_job(tmp_path):
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     jobs = [run for run in client.search_runs([client.get_experiment_by_name("gemmlab")
                                                .experiment_id])
-            if run.data.tags.get(names.SWEEP) != "true"]
+            if run.data.tags.get(names.SWEEP) != "true"
+            and run.data.tags.get(names.SERIES) != "true"]
     assert len(jobs) == 3 and all(names.DEVICE_SELECTION in run.data.tags for run in jobs)
 
 

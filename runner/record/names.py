@@ -38,6 +38,10 @@ VENDOR_TF32_GFLOPS = "vendor_tf32/gflops"
 VENDOR_TF32_TIME_MS_MEDIAN = "vendor_tf32/time_ms_median"
 VENDOR_TF32_REL_ERROR = "vendor_tf32/rel_error"
 PCT_OF_VENDOR_TF32 = "perf/pct_of_vendor_tf32"
+# The headline %: against the vendor library of the step's own precision (cuBLAS TF32 for a
+# TF32 step; cuBLAS SGEMM for FP32 and 3xTF32; numpy SGEMM on a CPU; the device copy for
+# copies), one of the two above under the name every page shows; the tag REFERENCE names it.
+PCT_OF_REFERENCE = "perf/pct_of_reference"
 # What the device can do at most for the step's arithmetic (runner/run/ceiling.py): the rate
 # against it, and the same for a copy against the device's memory bandwidth.
 CEILING_GFLOPS = "perf/ceiling_gflops"
@@ -64,9 +68,17 @@ GFLOPS_PER_WATT = "perf/gflops_per_watt"
 GBPS_PER_WATT = "bw/gbps_per_watt"
 VENDOR_GPU_PREFIX = "vendor_gpu/"  # the same during the baseline's launches
 
-# A sweep's parent: the best rate per kernel (and backend) with the size as the step.
+# A sweep's parent before series runs: the best rate per kernel (and backend), the size as the
+# step (sweeps recorded before the series runs below; no longer logged).
 SERIES_GFLOPS = "gflops/"
 SERIES_GBPS = "gbps/"
+# A sweep's series runs (tag SERIES): one run per kernel and backend, and one per reference
+# library, whose best rate per square size is one history under one shared key, the size
+# (M = N = K, or M = N for copies) as the step, so that MLflow draws every kernel and the
+# vendor on one chart; shapes that are not square under a key of their own.
+SERIES_RATE_GFLOPS = "series/gflops"
+SERIES_RATE_GBPS = "series/gbps"
+SERIES_ODD_SUFFIX = "_not_square"  # series/gflops_not_square: step = round((M*N*K)^(1/3))
 
 # ---------------------------------------------------------------- params (the knobs compared)
 BACKEND_NAME = "backend.name"
@@ -130,6 +142,7 @@ GPU_CLOCK_REASONS = "gpu.clock_reasons"  # every clocks-event reason NVML report
 HOST_HYGIENE = "host.hygiene"  # clean or shared: other processes' CPU use while timing
 HOST_HYGIENE_REASONS = "host.hygiene_reasons"
 CEILING_BASIS = "perf.ceiling_basis"  # how the ceiling was found, in words
+REFERENCE = "perf.reference"  # the library PCT_OF_REFERENCE is against: "cuBLAS TF32"
 VENDOR_UNUSABLE = "vendor.unusable"  # why no % of the vendor was recorded (a noisy baseline)
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
@@ -161,6 +174,12 @@ SWEEP_SWEEPER = SWEEP_PREFIX + "sweeper"
 SWEEP_LAUNCHER = SWEEP_PREFIX + "launcher"
 SWEEP_OVERRIDES = SWEEP_PREFIX + "overrides"
 SWEEP_DIR = SWEEP_PREFIX + "dir"
+# A sweep's series run (a chart's line, never a job): gemmlab.series = "true", under the parent;
+# its gemmlab.status is SERIES_STATUS, so that a reader counting jobs by status never takes it
+# for a measurement. SERIES_OF says whose line it is: a kernel and backend, or a library.
+SERIES = "gemmlab.series"
+SERIES_OF = "gemmlab.series.of"
+SERIES_STATUS = "series"
 
 # MLflow's own tags
 PARENT_RUN_ID = "mlflow.parentRunId"

@@ -28,7 +28,9 @@ REUSED_TAG = names.REUSED_FROM
 # Tags that describe the measurement itself, copied with its metrics.
 _COPIED_TAGS = (names.DEVICE_NAME, names.DEVICE_VENDOR, names.DEVICE_PLATFORM,
                 names.DEVICE_DRIVER, names.DEVICE_TYPE, names.DEVICE_COMPUTE_CAPABILITY,
-                names.DEVICE_INDEX, names.TIMING_LAUNCHES, names.CHECK_METHOD, names.VENDOR_NAME)
+                names.DEVICE_INDEX, names.TIMING_LAUNCHES, names.CHECK_METHOD, names.VENDOR_NAME,
+                names.VENDOR_TF32_NAME, names.REFERENCE, names.CEILING_BASIS,
+                names.HOST_HYGIENE, names.GPU_HYGIENE)
 
 
 def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:

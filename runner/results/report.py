@@ -8,7 +8,10 @@ Pages go to ./gemmlab-pages/ (printed) unless `--out` names a folder; the projec
 in docs/ are rewritten only when `--out docs/…` is given.
 
 For each backend and device: the latest finished run of every kernel and size, with its rate,
-% of the vendor library in the same run, registers, spills, shared memory and error; failed and
+its % of the vendor library of its own precision in the same run (cuBLAS TF32 for a TF32 step,
+cuBLAS SGEMM for FP32 and 3xTF32, numpy on a CPU, the device copy for copies), registers,
+spills, shared memory, error, the SM clock and whether the GPU or host was clean, and the
+commit that measured it; failed and
 refused runs with their reasons; the device, driver, date and the exact command that produced
 the runs; one line per sweep (an MLflow parent run) with its counts. Plots, one PNG each and
 only where there is data: rate against size with the vendor's line, the ladder as bars with
@@ -37,8 +40,13 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MaxNLocator, NullLoca
 
 from runner.record import names  # noqa: E402
 from runner.results import runs as recorded  # noqa: E402
+from runner.results.records import clock as _clock  # noqa: E402
+from runner.results.records import commit as _commit  # noqa: E402
+from runner.results.records import hygiene as _hygiene  # noqa: E402
 from runner.results.records import is_gemm as _is_gemm  # noqa: E402
+from runner.results.records import pct_cell as _pct_cell  # noqa: E402
 from runner.results.records import rate as _rate  # noqa: E402
+from runner.results.records import reference as _reference  # noqa: E402
 from runner.results.records import size_label as _size_label  # noqa: E402
 from runner.results.records import status  # noqa: E402
 from runner.results.records import vendor_rate as _vendor_rate  # noqa: E402
@@ -148,7 +156,9 @@ def summary_table(table: dict) -> list[str]:
         return f"{label} ({device})" if several_devices else label
 
     header = "| step | " + " | ".join(head(*c) for c in columns) + " |"
-    lines = ["Rate (GFLOPS, or GB/s for copies) and % of the vendor library in the same run:", "",
+    lines = ["Rate (GFLOPS, or GB/s for copies) and % of the vendor library of the step's own "
+             "precision in the same run (cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 "
+             "and 3xTF32); † timed on a GPU or host that was not clean:", "",
              header, "| --- |" + " ---: |" * len(columns)]
     for kernel in kernels:
         row = []
@@ -157,9 +167,8 @@ def summary_table(table: dict) -> list[str]:
             if run is None:
                 row.append("—")
                 continue
-            m = run.data.metrics
-            row.append(f"{_fmt_rate(_rate(run))} "
-                       f"({_fmt(m.get(names.PCT_OF_VENDOR), '.0f')}%)")
+            row.append(f"{_fmt_rate(_rate(run))} ({_pct_cell(run, 0)})"
+                       + (" †" if _hygiene(run) else ""))
         lines.append(f"| {kernel} | " + " | ".join(row) + " |")
     return lines + [""]
 
@@ -211,6 +220,13 @@ def ceiling_lines(table: dict, ceilings: dict) -> list[str]:
     return lines
 
 
+def _hygiene_cell(run) -> str:
+    """What was not clean while timed; `clean` where it was watched and clean, else `—`."""
+    tags = run.data.tags
+    watched = names.GPU_HYGIENE in tags or names.HOST_HYGIENE in tags
+    return _hygiene(run) or ("clean" if watched else "—")
+
+
 def render_markdown(title: str, uri: str, table: dict, failed: list[str],
                     command: Optional[str] = None, sweeps: Optional[list[str]] = None,
                     images: Optional[list[tuple[str, str]]] = None,
@@ -233,9 +249,11 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
                   *provenance(list(cells.values()), uri, commands_label="command(s)"), ""]
         units = {_unit(_is_gemm(r)) for r in cells.values()}
         rate = units.pop() if len(units) == 1 else "rate"
-        lines += [f"| step | size | {rate} | vendor {rate} | % of vendor | time ms (median) | "
-                  "registers | spill bytes | shared bytes | error |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+        lines += [f"| step | size | {rate} | reference | reference {rate} | % of reference | "
+                  "time ms (median) | registers | spill bytes | shared bytes | error | "
+                  "SM clock | GPU/host | commit |",
+                  "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | "
+                  "---: | --- | --- |"]
         for (kernel, size), run in sorted(cells.items(),
                                           key=lambda c: (_step_key(c[0][0]), _size_key(c[0][1]))):
             m = run.data.metrics
@@ -243,14 +261,17 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
             step = kernel
             if status(run) == "cached":
                 step += f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`)"
+            reference = _reference(run)
             lines.append(
                 f"| {step} | {size} | {_fmt_rate(_rate(run))} | "
-                f"{_fmt_rate(_vendor_rate(run))} | "
-                f"{_fmt(m.get(names.PCT_OF_VENDOR), '.1f')} | "
+                f"{reference.name if reference else '—'} | "
+                f"{_fmt_rate(reference.rate if reference else None)} | "
+                f"{_fmt(reference.pct if reference else None, '.1f')} | "
                 f"{_fmt(m.get(names.TIME_MS_MEDIAN), '.4f')} | "
                 f"{_fmt(m.get(names.REGISTERS), '.0f')} | "
                 f"{_fmt(m.get(names.SPILL_BYTES), '.0f')} | "
-                f"{_fmt(m.get(names.SHARED_BYTES), '.0f')} | {error} |")
+                f"{_fmt(m.get(names.SHARED_BYTES), '.0f')} | {error} | "
+                f"{_clock(run) or '—'} | {_hygiene_cell(run)} | `{_commit(run)}` |")
         lines.append("")
     if failed:
         lines += ["## Failed runs", "",
@@ -333,11 +354,17 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
     for ax, (backend, device, is_gemm, cells) in zip(axes, panels):
         series, vendor, square, vendor_name = defaultdict(list), defaultdict(list), True, None
         odd_vendor = set()   # sizes of the vendor's points that are not square
+        tf32, tf32_name = defaultdict(list), None  # cuBLAS TF32, the TF32 steps' reference
         for (kernel, _), run in cells.items():
             x, is_square = _x_of(run)
             square &= is_square
             if _rate(run) is not None:
                 series[kernel].append((x, _rate(run), is_square))
+            found = _reference(run)
+            if (is_gemm and found is not None and found.rate and found.pct is not None
+                    and run.data.params.get(names.KERNEL_PRECISION) == "tf32"):
+                tf32[x].append(found.rate)
+                tf32_name = tf32_name or found.name
             if _vendor_rate(run):
                 vendor[x].append(_vendor_rate(run))
                 vendor_name = vendor_name or run.data.tags.get(names.VENDOR_NAME)
@@ -369,6 +396,10 @@ def plot_rates(title: str, table: dict, path: Path) -> Optional[Path]:
             if apart:
                 ax.plot(apart, [_median(vendor[x]) for x in apart], linestyle="none",
                         marker="s", markersize=5, markerfacecolor="none", color="k")
+        if tf32:  # the TF32 steps' own reference, on the square sizes
+            xs = sorted(x for x in tf32 if not (any_square and x in odd_vendor))
+            ax.plot(xs, [_median(tf32[x]) for x in xs], color="k", linestyle=":",
+                    marker="^", markersize=5, linewidth=2, label=tf32_name)
         if odd_seen:
             ax.plot([], [], linestyle="none", marker="o", markerfacecolor="none", color="gray",
                     label="open: not square")
@@ -434,8 +465,9 @@ def _thousands(ax):
 
 
 def _pct(run) -> str:
-    pct = run.data.metrics.get(names.PCT_OF_VENDOR)
-    return "" if pct is None else f"{pct:.0f}%"
+    """A bar's label: the headline % (of the library of the step's own precision)."""
+    found = _reference(run)
+    return "" if found is None or found.pct is None else f"{found.pct:.0f}%"
 
 
 # A bar's look by what its arithmetic is (the run's kernel.precision param): colour, hatching,
@@ -520,7 +552,8 @@ def plot_ladder(title: str, table: dict, path: Path) -> Optional[Path]:
         ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0, ha="right"
                            if len(kernels) > 4 else "center", fontsize=9)
         ax.set_ylabel(_unit(is_gemm))
-        ax.set_title(f"{backend} on {device}, {size} (label: % of vendor)", fontsize=10)
+        ax.set_title(f"{backend} on {device}, {size} (label: % of the library of the step's "
+                     "precision)", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
     fig.suptitle(_wrapped(f"{_devices(table)}: {title}, the ladder", fig), fontsize=12)
     return _save(fig, path)
@@ -612,7 +645,8 @@ def plot_backends(title: str, table: dict, path: Path) -> Optional[Path]:
         ax.set_xticklabels(kernels, rotation=30 if len(kernels) > 4 else 0,
                            ha="right" if len(kernels) > 4 else "center", fontsize=9)
         ax.set_ylabel(_unit(is_gemm))
-        ax.set_title(f"{device}, {size} (label: % of that backend's vendor)", fontsize=10)
+        ax.set_title(f"{device}, {size} (label: % of the backend's library of the step's "
+                     "precision)", fontsize=10)
         ax.grid(True, axis="y", alpha=0.3)
         ax.legend(fontsize=8, loc="upper left")
     fig.suptitle(_wrapped(f"{', '.join(sorted({p[0] for p in panels}))}: {title}, "

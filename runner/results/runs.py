@@ -7,6 +7,9 @@ print under each device.
     latest_sweep(client, ids)          load_runs(uri, experiment, sweep) -> runs (no parents)
     select(runs, backend, device)      provenance(runs, uri) -> Markdown lines
 
+A sweep's series runs (lines of its chart, tag gemmlab.series) are never data: `search`
+leaves them out unless asked (`series=True`).
+
 Errors a user can fix (no such experiment, sweep or run) are `NoRuns`, a SystemExit whose
 message is the one line `gemmlab: error: …` the commands print.
 """
@@ -49,14 +52,17 @@ def client(uri: str):
     return MlflowClient(tracking_uri=uri)
 
 
-def search(mlflow_client, experiment_ids: list[str], filter_string: str = "") -> list:
-    """Every matching run (all pages), newest first."""
+def search(mlflow_client, experiment_ids: list[str], filter_string: str = "",
+           series: bool = False) -> list:
+    """Every matching run (all pages), newest first; a sweep's series runs (lines of its
+    chart, tag gemmlab.series, never a measurement) only with `series`."""
     runs, token = [], None
     while True:
         page = mlflow_client.search_runs(experiment_ids, filter_string, max_results=1000,
                                          order_by=["attributes.start_time DESC"],
                                          page_token=token)
-        runs += list(page)
+        runs += [run for run in page
+                 if series or run.data.tags.get(names.SERIES) != "true"]
         token = page.token
         if not token:
             return runs
@@ -119,7 +125,8 @@ def load_runs(uri: str, experiment: Optional[str] = None, sweep: Optional[str] =
         runs = search(mlflow_client, ids) if ids else []
         where = f"experiment {experiment!r}"
     runs = [r for r in runs if r.data.tags.get(names.SWEEP) != "true"
-            and r.data.tags.get(names.CEILING) != "true"]
+            and r.data.tags.get(names.CEILING) != "true"
+            and r.data.tags.get(names.SERIES) != "true"]
     if not runs:
         raise NoRuns(f"no runs in {where} at {uri}")
     return runs
@@ -147,10 +154,11 @@ def select(runs: list, backend: Optional[str] = None, device: Optional[str] = No
     return runs
 
 
-def vendor_names(runs: list) -> list[str]:
-    """The vendor libraries these runs were compared with (their `vendor.name` tags)."""
-    return sorted({r.data.tags[names.VENDOR_NAME] for r in runs
-                   if r.data.tags.get(names.VENDOR_NAME)})
+def vendor_names(runs: list, tf32: bool = False) -> list[str]:
+    """The vendor libraries these runs were compared with (their `vendor.name` tags; with
+    `tf32`, also `vendor_tf32.name`: cuBLAS TF32, where TF32 and 3xTF32 steps met it too)."""
+    keys = (names.VENDOR_NAME, names.VENDOR_TF32_NAME) if tf32 else (names.VENDOR_NAME,)
+    return sorted({r.data.tags[key] for r in runs for key in keys if r.data.tags.get(key)})
 
 
 def as_read_from(command: str, uri: Optional[str]) -> str:
@@ -177,7 +185,7 @@ def provenance(runs: list, uri: Optional[str] = None, extra: tuple = (),
     return [f"- device: {', '.join(devices)}",
             f"- driver: {tags.get(names.DEVICE_DRIVER, '?')}",
             f"- platform: {tags.get(names.DEVICE_PLATFORM, '?')}",
-            f"- vendor baseline: {', '.join(vendor_names(runs)) or 'none'}",
+            f"- vendor baseline: {', '.join(vendor_names(runs, tf32=True)) or 'none'}",
             f"- date (UTC) of the newest run: {when:%Y-%m-%d %H:%M}",
             f"- runner: {tags.get(names.RUNNER_VERSION, '?')}, commit(s) " + ", ".join(commits),
             *extra,

@@ -561,6 +561,21 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                 recorder.tags({"vendor_tf32.unusable": vendor.tf32.notes["noisy"]})
             recorder.text(samples_text(vendor.tf32.samples_ms),
                           names.VENDOR_TF32_SAMPLES_ARTIFACT)
+        # The headline: against the library of the step's own precision (TF32 for a TF32
+        # step, plain SGEMM for FP32 and 3xTF32), both figures above kept as they are.
+        tf32 = plan.precision == "tf32"
+        reference = vendor.tf32 if tf32 else vendor
+        metrics[names.PCT_OF_REFERENCE] = metrics.get(
+            names.PCT_OF_VENDOR_TF32 if tf32 else names.PCT_OF_VENDOR)
+        recorder.tags({names.REFERENCE: "cuBLAS TF32" if reference is None
+                       else _library_name(reference.name)})
         recorder.metrics(metrics)
     return RunOutcome(plan, device, resources, check, stats, vendor, vendor_stats, metrics,
                       gpu_state if gpu is not None else None, host_state)
+
+
+def _library_name(recorded: str) -> str:
+    """A vendor library's name as pages show it (runner/results/records.py, library_name):
+    `cuBLAS TF32 (CuPy, …)` -> `cuBLAS TF32`, `cuda device-to-device copy` -> `device copy`."""
+    short = recorded.split(" (", 1)[0].strip()
+    return "device copy" if short.endswith("device-to-device copy") else short

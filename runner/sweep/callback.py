@@ -8,11 +8,16 @@ by the children MLflow has recorded (whichever launcher runs them), and at the e
 sweep's summary table, counts with reasons and plots on the parent and prints the best
 configuration per kernel and size. Single runs never see any of this.
 
-What the parent carries for MLflow's UI: its name says what was swept; its description starts
-with that and where the report is; its metrics are the best rate per kernel and size, one
-metric per kernel (`gflops/matmul_9`, `gbps/copy_1`; `gflops/matmul_9/cuda` where several
-backends are swept) with the size as the step, so that its chart view draws rate against size;
-the counts, wall time and overhead per job are tags (`gemmlab.sweep.jobs` …).
+What the parent carries for MLflow's UI: its name says what was swept; its description leads
+with a size × kernel table of the best rate and its % of the vendor library of each step's own
+precision (the winner per size marked, the jobs timed on a GPU or host that was not clean
+listed with their clock), then what the sweep was and where its report is; the counts, wall
+time and overhead per job are tags (`gemmlab.sweep.jobs` …). Under it, beside the jobs, its
+series runs (tag `gemmlab.series`, status `series`: never a job): one per kernel and backend and
+one per reference library, each logging its best rate per square size under the one key
+`series/gflops` (`series/gbps` for copies) with the size as the step, so that MLflow draws
+every kernel and the vendor as lines of one chart; shapes that are not square go under
+`series/gflops_not_square`, never on the square sizes' line.
 
 How a sweep ends (docs/methodology.md, the exit codes): FINISHED, and the command exits 1 if any
 job failed, was impossible, timed out or was interrupted (refused jobs are the spec doing its
@@ -46,8 +51,15 @@ from rich.markup import escape
 
 from runner.errors import RunError
 from runner.record import names
+from runner.results.records import clock as _clock
+from runner.results.records import hygiene as _hygiene
+from runner.results.records import is_series as _is_series
+from runner.results.records import pct_cell as _pct_cell
 from runner.results.records import rate as _rate
+from runner.results.records import rate_text as _rate_text
+from runner.results.records import reference as _reference
 from runner.results.records import size_label as _size
+from runner.results.records import size_short as _size_short
 from runner.results.records import status as _status
 from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
@@ -235,13 +247,11 @@ class SweepSummary:
         description, the first thing its page in the MLflow UI shows."""
         heading = "Best configuration per kernel and size:"
         lines = [heading, "",
-                 "| kernel | size | backend | device | tiling | rate | % of vendor |",
+                 "| kernel | size | backend | device | tiling | rate | % of reference |",
                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
         for (kernel, size, backend, device), run in self.ordered_best():
-            pct = run.data.metrics.get(names.PCT_OF_VENDOR)
             lines.append(f"| {kernel} | {size} | {backend} | {device} | {_tiling(run)} | "
-                         f"{_rate(run):,.1f} {_unit(run)} | "
-                         f"{'—' if pct is None else f'{pct:.1f}%'} |")
+                         f"{_rate(run):,.1f} {_unit(run)} | {_pct_cell(run)} |")
         if not self.best:
             lines = [heading, "", "(no configuration was measured)"]
         lines += ["", self.counts_line(expected) + "."]
@@ -259,45 +269,122 @@ class SweepSummary:
                 "backend": run.data.params.get(names.BACKEND_NAME, ""),
                 "device": run.data.tags.get(names.DEVICE_NAME, ""), "size": _size(run),
                 "tiling": _tiling(run), "rate": _rate(run), "unit": _unit(run),
+                "pct_of_reference": _pct_of_reference(run),
+                "reference": getattr(_reference(run), "name", ""),
                 "pct_of_vendor": metrics.get(names.PCT_OF_VENDOR),
+                "pct_of_vendor_tf32": metrics.get(names.PCT_OF_VENDOR_TF32),
                 "time_ms_median": metrics.get(names.TIME_MS_MEDIAN),
                 "registers": metrics.get(names.REGISTERS),
+                "gpu_sm_clock_mhz": metrics.get(names.GPU_SM_CLOCK_MHZ),
+                "hygiene": _hygiene(run),
+                "commit": run.data.tags.get(names.GIT_COMMIT, ""),
                 "reused_from": run.data.tags.get(names.REUSED_FROM, ""),
                 "reason": run.data.tags.get(names.FAILURE_REASON, ""),
             })
         return rows
 
 
-def series_key(run, backend_in_key: bool) -> str:
-    """The parent's metric holding this run's kernel against size: `gflops/matmul_9`
-    (`gbps/copy_1` for copies), `gflops/matmul_9/cuda` where the sweep has several backends."""
-    kernel = run.data.params.get(names.KERNEL_NAME, "?")
-    backend = f"/{run.data.params.get(names.BACKEND_NAME, '?')}" if backend_in_key else ""
-    series = names.SERIES_GFLOPS if _unit(run) == "GFLOPS" else names.SERIES_GBPS
-    return f"{series}{kernel}{backend}"
+def _pct_of_reference(run) -> Optional[float]:
+    found = _reference(run)
+    return None if found is None else found.pct
 
 
-def series_step(run) -> int:
-    """The size as a metric's step (MLflow's charts draw it as x): M, which is the size of a
-    square problem and the first dimension of any other."""
-    return int(run.data.params.get(names.M) or 0)
+def _square(run) -> bool:
+    """M = N = K (M = N for a copy): a size on the series' line."""
+    params = run.data.params
+    dims = (names.M, names.N, names.K) if _unit(run) == "GFLOPS" else (names.M, names.N)
+    return len({params.get(d) for d in dims}) == 1
 
 
-def series_metrics(summary: "SweepSummary") -> list:
-    """The best rate per kernel (and backend) and size as metrics with the size as the step,
-    so that the parent run's chart view draws rate against size with no setup."""
-    from mlflow.entities import Metric
+def series_point(run) -> tuple[str, int]:
+    """The series key and step of a run's rate: `series/gflops` (`series/gbps`) with the size
+    as the step for a square size; `series/gflops_not_square` with the rounded cube root of
+    M·N·K (square root of M·N) for any other shape, so that no line joins the two."""
+    params = run.data.params
+    gemm = _unit(run) == "GFLOPS"
+    key = names.SERIES_RATE_GFLOPS if gemm else names.SERIES_RATE_GBPS
+    if _square(run):
+        return key, int(params.get(names.M) or 0)
+    dims = [int(params.get(d) or 0) for d in ((names.M, names.N, names.K) if gemm
+                                               else (names.M, names.N))]
+    product = 1
+    for d in dims:
+        product *= d
+    return key + names.SERIES_ODD_SUFFIX, round(product ** (1 / len(dims)))
 
-    several_backends = len({backend for _, _, backend, _ in summary.best}) > 1
-    points: dict = {}
-    for run in summary.best.values():
+
+@dataclass
+class Series:
+    """One line of the sweep's chart: a kernel on a backend, or a reference library."""
+    name: str  # the run's name, its legend in MLflow's charts
+    of: str  # the gemmlab.series.of tag: `kernel matmul_9 on cuda`, `cuBLAS TF32 on cuda`
+    # Whose line, as tags (gemmlab.kernel, gemmlab.backend, perf.reference), never the jobs'
+    # params: a reader that picks runs by kernel.name must not find a line among them.
+    tags: dict
+    points: dict = field(default_factory=dict)  # (key, step) -> value
+    shapes: dict = field(default_factory=dict)  # (key, step) -> the size label
+
+    def metrics(self, now: int) -> list:
+        from mlflow.entities import Metric
+
+        return [Metric(key, value, now, step)
+                for (key, step), value in sorted(self.points.items())]
+
+
+def sweep_series(summary: "SweepSummary") -> list[Series]:
+    """The best rate per kernel (and backend) and size, and the reference libraries' rates
+    (their median over the jobs that measured them, noisy baselines left out), as series."""
+    kernels: dict = {}
+    for (kernel, _, backend, _), run in summary.best.items():
         rate = _rate(run)
         if rate is None:
             continue
-        point = (series_key(run, several_backends), series_step(run))
-        points[point] = max(rate, points.get(point, rate))
-    now = int(time.time() * 1000)
-    return [Metric(key, value, now, step) for (key, step), value in sorted(points.items())]
+        line = kernels.setdefault((kernel, backend), Series(
+            f"{kernel} · {backend} · rate by size", f"kernel {kernel} on {backend}",
+            {names.KERNEL: kernel, names.BACKEND: backend}))
+        point = series_point(run)
+        line.points[point] = max(rate, line.points.get(point, rate))
+        line.shapes[point] = _size(run)
+    libraries: dict = {}
+    for run in summary.runs:
+        if _status(run) not in ("ok", "cached"):
+            continue
+        found = _reference(run)
+        if found is None or found.rate is None or found.pct is None:
+            continue
+        backend = run.data.params.get(names.BACKEND_NAME, "?")
+        point = series_point(run)
+        libraries.setdefault((found.name, backend), {}).setdefault(point, []).append(
+            (found.rate, _size(run)))
+    lines = [kernels[key] for key in sorted(kernels)]
+    for (library, backend), points in sorted(libraries.items()):
+        line = Series(f"{library} · {backend} · rate by size", f"{library} on {backend}",
+                      {names.BACKEND: backend, names.REFERENCE: library})
+        for point, rates in points.items():
+            ordered = sorted(rate for rate, _ in rates)
+            line.points[point] = ordered[len(ordered) // 2]
+            line.shapes[point] = rates[0][1]
+        lines.append(line)
+    return lines
+
+
+def series_description(line: Series, sweep: str) -> str:
+    """A series run's description: what its chart's x axis is (MLflow labels it Step)."""
+    keys = sorted({key for key, _ in line.points})
+    square = [key for key in keys if not key.endswith(names.SERIES_ODD_SUFFIX)]
+    what = ("the best rate at each size" if names.KERNEL in line.tags else
+            "the library's rate at each size (the median over the jobs that measured it)")
+    text = [f"**{line.of}**: {what} in the sweep **{sweep}** (its parent run), one line of "
+            "its chart; not a job of its own."]
+    if square:
+        text.append(f"`{square[0]}`: x (MLflow's *Step*) is the size, M = N = K "
+                    "(M = N for a copy).")
+    odd = [point for point in sorted(line.points) if point[0].endswith(names.SERIES_ODD_SUFFIX)]
+    if odd:
+        text.append(f"`{odd[0][0]}`: shapes that are not square, apart from the line; x is the "
+                    "geometric mean of the dimensions, rounded: " + ", ".join(
+                        f"{line.shapes[point]} at {point[1]}" for point in odd) + ".")
+    return "  \n".join(text) + "\n"
 
 
 def bookkeeping_of(summary: "SweepSummary", wall_s: float) -> dict:
@@ -318,26 +405,108 @@ def _tag_value(value) -> str:
     return f"{value:.3f}" if isinstance(value, float) else str(value)
 
 
+def size_by_kernel(summary: "SweepSummary") -> list[str]:
+    """The best rate per size (rows) and kernel (columns; with the backend where several
+    were swept), each with its % of the vendor library of the step's own precision; the fastest
+    at each size in bold with ★; a † where that job's GPU or host was not clean while timed."""
+    several_backends = len({backend for _, _, backend, _ in summary.best}) > 1
+    cells: dict = {}
+    for (kernel, size, backend, _), run in summary.best.items():
+        if _rate(run) is None:
+            continue
+        column = f"{kernel} {backend}" if several_backends else kernel
+        held = cells.get((size, column))
+        if held is None or _rate(run) > _rate(held):
+            cells[(size, column)] = run
+    if not cells:
+        return []
+
+    def size_order(size):  # square sizes first, then the other shapes
+        dims = tuple(int(n) for n in size.split("x") if n.isdigit())
+        return (len(set(dims)) > 1, dims, size)
+
+    def step_order(column):  # matmul_9 before matmul_12
+        family, _, step = column.split()[0].rpartition("_")
+        return (family, int(step) if step.isdigit() else 0, column)
+
+    columns = sorted({column for _, column in cells}, key=step_order)
+    sizes = sorted({size for size, _ in cells}, key=size_order)
+    units = {_unit(run) for run in cells.values()}
+    one_unit = len(units) == 1
+    unit_text = next(iter(units)) if one_unit else "GFLOPS, or GB/s for copies"
+    lines = [f"**Best rate per size** ({unit_text}) and its % of the vendor library of the "
+             "step's own precision (cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 and "
+             "3xTF32); ★ the fastest at the size; † timed on a GPU or host that was not clean "
+             "(below).", "",
+             "| size | " + " | ".join(columns) + " |",
+             "| --- |" + " ---: |" * len(columns)]
+    for size in sizes:
+        runs = {column: cells.get((size, column)) for column in columns}
+        fastest: dict = {}
+        for run in runs.values():  # per unit: a copy and an SGEMM never compete
+            if run is not None and (_unit(run) not in fastest
+                                    or _rate(run) > _rate(fastest[_unit(run)])):
+                fastest[_unit(run)] = run
+        row = []
+        for column in columns:
+            run = runs[column]
+            if run is None:
+                row.append("—")
+                continue
+            pct = _pct_cell(run, 0)
+            text = _rate_text(_rate(run), "" if one_unit else _unit(run)).strip()
+            text += "" if pct == "—" else f" ({pct})"
+            text += " †" if _hygiene(run) else ""
+            row.append(f"**★ {text}**" if fastest.get(_unit(run)) is run else text)
+        label = size if len(set(size.split("x"))) > 1 else _size_short(next(
+            r for r in runs.values() if r is not None))
+        lines.append(f"| {label} | " + " | ".join(row) + " |")
+    return lines + [""]
+
+
+def unclean_jobs(summary: "SweepSummary", limit: int = 20) -> list[str]:
+    """Each measured job whose GPU or host was not clean while timed: what, and its clock."""
+    unclean = [run for run in summary.runs if _status(run) in ("ok", "cached") and _hygiene(run)]
+    if not unclean:
+        return []
+    unclean.sort(key=lambda r: (r.data.params.get(names.KERNEL_NAME, ""), _size(r)))
+    lines = [f"† Not clean while timed ({len(unclean)} of the measured jobs; tags "
+             f"`{names.GPU_HYGIENE}`, `{names.HOST_HYGIENE}`, `{names.GPU_CLOCK_REASONS}`):", ""]
+    for run in unclean[:limit]:
+        clock = _clock(run)
+        what = " ".join(filter(None, [run.data.params.get(names.KERNEL_NAME, "?"),
+                                      _size_short(run), _tiling(run)]))
+        lines.append(f"- {what}: {_hygiene(run, reasons=True)}"
+                     + (f", SM clock {clock}" if clock else ""))
+    if len(unclean) > limit:
+        lines.append(f"- … {len(unclean) - limit} more in `sweep_summary.csv`")
+    return lines + [""]
+
+
 def description(name: str, summary: "SweepSummary", expected: Optional[int],
-                devices: list[str]) -> str:
-    """The parent's description: what the sweep was and where its report is, then the best
-    configuration per kernel and size with the counts."""
+                devices: list[str], series: bool = True) -> str:
+    """The parent's description, the first thing its page shows: the size × kernel table of
+    the best rate and its headline %, the jobs not timed clean, then what the sweep was, where
+    its report and chart are, and the best configuration per kernel and size with the counts."""
     where = f" on {', '.join(devices)}" if devices else ""
-    units = sorted({names.SERIES_GFLOPS if _unit(run) == "GFLOPS" else names.SERIES_GBPS
-                    for run in summary.best.values()})
-    odd = any(len(set(_size(run).split("x"))) > 1 for run in summary.best.values())
-    charts = (f" Charts: `{'`, `'.join(f'{u}<kernel>' for u in units)}`, the best rate per "
-              f"size with the size as the step{' (M where M, N, K differ)' if odd else ''}."
-              if units else "")
-    return (f"**{name}**: {summary.finished} jobs{where}.  \n"
-            f"Report: artifacts `report/sweep.md` and its plots in `report/`; the rows of every "
-            f"job in `sweep_summary.csv`.{charts}\n\n" + summary.markdown(expected))
+    keys = sorted({series_point(run)[0] for run in summary.best.values()
+                   if _rate(run) is not None})
+    charts = (f" Chart: the series runs under this one (`{'`, `'.join(keys)}`), a line per "
+              "kernel and one per vendor library, x (*Step*) the size M = N = K."
+              if keys and series else "")
+    lead = size_by_kernel(summary) + unclean_jobs(summary)
+    about = (f"**{name}**: {summary.finished} jobs{where}.  \n"
+             f"Report: artifacts `report/sweep.md` and its plots in `report/`; the rows of every "
+             f"job in `sweep_summary.csv`.{charts}\n\n")
+    return ("\n".join(lead) + "\n" if lead else "") + about + summary.markdown(expected)
 
 
 def sweep_children(client, experiment_id: str, parent_run_id: str) -> list:
-    return client.search_runs([experiment_id],
+    """The sweep's jobs (its series runs, lines of its chart, left out)."""
+    runs = client.search_runs([experiment_id],
                               filter_string=f"tags.`{names.PARENT_RUN_ID}` = '{parent_run_id}'",
                               max_results=50000)
+    return [run for run in runs if not _is_series(run)]
 
 
 def _progress_line(summary: SweepSummary) -> str:
@@ -403,14 +572,13 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
                   title_justify="left")
     any_cached = any(_status(run) == "cached" for run in summary.best.values())
     columns = [("kernel", "left"), ("size", "left"), ("backend", "left"), ("device", "left"),
-               ("tiling", "left"), ("rate", "right"), ("% of vendor", "right")]
+               ("tiling", "left"), ("rate", "right"), ("% of reference", "right")]
     # With any cached row, a column says which rows this sweep measured and which it copied.
     for column, justify in columns + ([("measured", "left")] if any_cached else []):
         table.add_column(column, justify=justify, no_wrap=column != "tiling")
     for (kernel, size, backend, device), run in summary.ordered_best():
-        pct = run.data.metrics.get(names.PCT_OF_VENDOR)
         row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
-               "—" if pct is None else f"{pct:.1f}%"]
+               _pct_cell(run)]
         measured = [("before (cached)" if _status(run) == "cached" else "now")] if any_cached \
             else []
         table.add_row(*map(escape, row), *measured)
@@ -605,7 +773,7 @@ class SweepRecorder(Callback):
             return
         metrics = {}
         try:
-            metrics = self._log_summary(parent, summary)
+            metrics = self._log_summary(parent, summary, series=status == "FINISHED")
             if reason:
                 self._client.set_tag(parent, names.FAILURE_REASON, reason[:5000])
         finally:
@@ -623,16 +791,17 @@ class SweepRecorder(Callback):
             except Exception as error:  # the soft delete stands; the run is hidden
                 log.debug("could not delete the empty parent run %s: %s", parent, error)
 
-    def _log_summary(self, parent: str, summary: SweepSummary) -> dict:
-        """The rate per kernel against size as metrics, bookkeeping as tags, the description,
-        the summary table, the report and the reasons, on the parent; returns the bookkeeping."""
+    def _log_summary(self, parent: str, summary: SweepSummary, series: bool = True) -> dict:
+        """Bookkeeping as tags, the description, the summary table, the report and the reasons
+        on the parent, and (with `series`: a sweep that finished, not one interrupted or ended
+        by an error, which a resume or a fix runs again) the series runs under it; returns the
+        bookkeeping."""
         from mlflow.entities import RunTag
 
         client = self._client
         bookkeeping = bookkeeping_of(summary, time.monotonic() - self._started)
-        client.log_batch(parent, metrics=series_metrics(summary),
-                         tags=[RunTag(f"{names.SWEEP_PREFIX}{key}", _tag_value(value))
-                               for key, value in bookkeeping.items()])
+        client.log_batch(parent, tags=[RunTag(f"{names.SWEEP_PREFIX}{key}", _tag_value(value))
+                                       for key, value in bookkeeping.items()])
         devices = sorted({r.data.tags[names.DEVICE_NAME] for r in summary.runs
                           if names.DEVICE_NAME in r.data.tags})
         client.set_tag(parent, names.DEVICE_NAME, ", ".join(devices) or "—")
@@ -642,7 +811,7 @@ class SweepRecorder(Callback):
                          f"{_tiling(best)}: {_rate(best):,.1f} {_unit(best)}")
             client.set_tag(parent, names.SWEEP_BEST, described)
         client.set_tag(parent, names.NOTE,
-                       description(self._name, summary, self._expected, devices))
+                       description(self._name, summary, self._expected, devices, series))
         rows = summary.rows()
         if rows:
             buffer = io.StringIO()
@@ -653,10 +822,24 @@ class SweepRecorder(Callback):
             client.log_table(parent, {k: [row[k] for row in rows] for k in rows[0]},
                              "sweep_summary.json")
         self._log_report(parent, summary)
+        if series:
+            self._log_series(parent, summary)
         lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
         lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
         client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
         return bookkeeping
+
+    def _log_series(self, parent: str, summary: SweepSummary) -> None:
+        """The series runs under the parent: a line per kernel (and backend) and per reference
+        library, the rate against size under one key each, for MLflow's one chart."""
+        client, now = self._client, int(time.time() * 1000)
+        for line in sweep_series(summary):
+            tags = {names.PARENT_RUN_ID: parent, names.SERIES: "true", names.SERIES_OF: line.of,
+                    names.STATUS: names.SERIES_STATUS,
+                    names.NOTE: series_description(line, self._name), **line.tags}
+            run = client.create_run(self._experiment_id, run_name=line.name, tags=tags)
+            client.log_batch(run.info.run_id, metrics=line.metrics(now))
+            client.set_terminated(run.info.run_id, "FINISHED")
 
     def _log_report(self, parent: str, summary: SweepSummary) -> None:
         """The report's page and plots of this sweep (best configuration per step and size)."""

@@ -4,6 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.record import names
+from runner.results.records import Reference, library_name, rate_text
 from runner.run.execute import RunOutcome
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -36,10 +37,13 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     else:
         rate = f"{_number(metrics.get(names.GBPS), ',.1f')} GB/s"
     vendor = ""
-    if outcome.vendor is not None and metrics.get(names.PCT_OF_VENDOR) is None:
-        vendor = f" · no % of {outcome.vendor.name} (its baseline stayed noisy)"
-    elif outcome.vendor is not None:
-        vendor = f" · {metrics[names.PCT_OF_VENDOR]:.1f}% of {outcome.vendor.name}"
+    reference = outcome_reference(outcome)
+    if reference is not None and reference.pct is None:
+        vendor = f" · {reference.text()} " + ("(its baseline stayed noisy)"
+                                               if _reference_library(outcome) is not None
+                                               else "(not measured on this backend)")
+    elif reference is not None:
+        vendor = f" · {reference.text()}"
     if metrics.get(names.PCT_OF_PEAK) is not None:
         vendor += f" · {metrics[names.PCT_OF_PEAK]:.1f}% of peak"
     error = "exact" if plan.operation.value != "sgemm" else f"err {outcome.check.rel_error:.1e}"
@@ -85,14 +89,33 @@ def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, wh
     console.print(f"  recorded: {where}")
 
 
-def headline(metrics: dict) -> str:
-    """The run's result in a few words, appended to its MLflow run name: the runs table and the
-    compare view then show the rate and % of the vendor library first, without picking columns."""
+def _reference_library(outcome: RunOutcome):
+    """The baseline of the step's own precision: cuBLAS in TF32 mode for a TF32 step (None
+    where the backend measured none), else the one that ran."""
+    tf32 = outcome.plan.flops and outcome.plan.precision == "tf32"
+    return outcome.vendor.tf32 if tf32 else outcome.vendor
+
+
+def outcome_reference(outcome: RunOutcome):
+    """The headline reference of a run just measured: the library of the step's own precision
+    (cuBLAS TF32 for a TF32 step, else the baseline that ran) and the % recorded against it;
+    None where no baseline ran."""
+    if outcome.vendor is None:
+        return None
+    library = _reference_library(outcome)
+    name = "cuBLAS TF32" if library is None else library_name(library.name)
+    return Reference(name, outcome.metrics.get(names.PCT_OF_REFERENCE), None)
+
+
+def headline(metrics: dict, reference: str = "") -> str:
+    """The run's result in a few words: `397,645 GFLOPS · 98% cuBLAS TF32` (the % against the
+    library named `reference`). The MLflow run name reads its words from the records
+    themselves (runner/results/records.py, headline_of); this is where only metrics are held."""
     if metrics.get(names.GFLOPS) is not None:
-        rate = f"{metrics[names.GFLOPS]:,.1f} GFLOPS"
+        rate = rate_text(metrics[names.GFLOPS], "GFLOPS")
     elif metrics.get(names.GBPS) is not None:
-        rate = f"{metrics[names.GBPS]:,.1f} GB/s"
+        rate = rate_text(metrics[names.GBPS], "GB/s")
     else:
         return ""
-    pct = metrics.get(names.PCT_OF_VENDOR)
-    return rate + ("" if pct is None else f" ({pct:.0f}% of vendor)")
+    pct = metrics.get(names.PCT_OF_REFERENCE)
+    return rate + ("" if pct is None else f" · {pct:.0f}% {reference or 'of reference'}")
