@@ -30,7 +30,7 @@ test-gpu:           ## only the GPU-marked tests; fails at once on a machine wit
 	@$(PYTHON) -c "$$NO_GPU_CHECK"
 	$(PYTHON) -m pytest -q -m gpu
 
-ui:                 ## the MLflow UI on ./mlflow.db at http://127.0.0.1:5000, the latest sweep's URL printed; e.g. ARGS="--uri sqlite:///other.db --port 5001"
+ui:                 ## the MLflow UI on ./mlflow.db at http://127.0.0.1:5000: the recent sweeps listed, the newest opened; e.g. ARGS="--sweep <id or name> --uri sqlite:///other.db --port 5001"
 	$(PYTHON) -m runner.ui $(ARGS)
 
 sgemm-ladder:       ## the whole SGEMM ladder over 1024..8192; e.g. ARGS="backend=cuda"

@@ -1,8 +1,9 @@
 """`gemmlab <overrides>`: the console script, the same as `python -m runner <overrides>`.
 
 `gemmlab --version` answers with gemmlab's version (Hydra's own `--version` would name Hydra's)
-and does not compose any config; `gemmlab ui [--uri …] [--port …]` starts the MLflow UI on the
-store (runner/ui.py); every other argument goes to the Hydra app unchanged.
+and does not compose any config; `gemmlab ui [--uri …] [--port …] [--sweep …]` lists the store's
+sweeps, opens one and starts the MLflow UI (runner/ui.py); every other argument goes to the Hydra
+app unchanged.
 
 Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
 which spreads over several lines with the schema's class names, folded into one; a ValueError

@@ -1,14 +1,21 @@
 """`gemmlab ui` (or `python -m runner.ui`, `make ui`): the MLflow UI on the store the runs went to.
 
-    gemmlab ui [--uri sqlite:///mlflow.db] [--port 5000]
+    gemmlab ui [--uri sqlite:///mlflow.db] [--port 5000] [--sweep ID|SHORT-ID|NAME] [--no-view]
 
-Starts `mlflow server` on 127.0.0.1 only (job execution off), waits until it answers, prints
-the URL of the latest sweep's parent run (its chart view draws rate against size, one line per
-kernel) and of the experiments, and on Ctrl-C or SIGTERM stops the server it started, by its own
-process id (and that process's group, which holds the server's workers).
+Lists the store's recent sweeps (name, backend, jobs, when) with the URL of each parent run,
+then opens one: the sweep named by `--sweep` (its run id, the short id the terminal prints, or
+its run name), else the newest. For that sweep it writes a view of its runs into the
+experiment's tags (runner/ui_views.py: kernel, backend, size, rate, headline %, hygiene and
+tiling as columns, best rate first; the rate-against-size chart first, its lines coloured by
+their runs' `mlflow.runColor` tags; `--no-view` leaves the store untouched) and prints the URLs
+that open it, before the server's own log lines.
+Then it starts `mlflow server` on 127.0.0.1 only (job execution off), waits until it answers,
+and on Ctrl-C or SIGTERM stops the server it started, by its own process id (and that
+process's group, which holds the server's workers).
 """
 
 import argparse
+import datetime as dt
 import os
 import signal
 import socket
@@ -17,9 +24,12 @@ import sys
 import time
 from typing import Optional
 
+from runner import ui_views
+from runner.record import names
 from runner.results import runs as recorded
 
 HOST = "127.0.0.1"
+LISTED = 10  # sweeps listed, newest first
 
 
 def run_url(base: str, run) -> str:
@@ -29,6 +39,75 @@ def run_url(base: str, run) -> str:
 def server_command(uri: str, port: int) -> list[str]:
     return [sys.executable, "-m", "mlflow", "server", "--host", HOST, "--port", str(port),
             "--workers", "1", "--backend-store-uri", uri]
+
+
+def children(client, parent) -> list:
+    """Every run under the sweep's parent: its jobs and its series runs (a chart's lines)."""
+    runs, token = [], None
+    while True:
+        page = client.search_runs([parent.info.experiment_id],
+                                  f"tags.`{names.PARENT_RUN_ID}` = '{parent.info.run_id}'",
+                                  max_results=1000, page_token=token)
+        runs += list(page)
+        token = page.token
+        if not token:
+            return runs
+
+
+def jobs_of(runs: list) -> list:
+    """The sweep's jobs: its children less its series runs (a chart's lines)."""
+    return [r for r in runs if r.data.tags.get(names.SERIES) != "true"]
+
+
+def summary_line(client, parent, base: str) -> str:
+    """One sweep: name, backend(s), jobs, when (UTC), short id and its parent run's URL."""
+    jobs = jobs_of(children(client, parent))
+    backends = sorted({r.data.params.get(names.BACKEND_NAME, "?") for r in jobs}) or ["?"]
+    when = dt.datetime.fromtimestamp(parent.info.start_time / 1000, dt.timezone.utc)
+    return (f"  {parent.info.run_id[:8]}  {when:%Y-%m-%d %H:%M} UTC  {'+'.join(backends):<7} "
+            f"{len(jobs):>4} jobs  {parent.info.run_name}\n"
+            f"            {run_url(base, parent)}")
+
+
+def describe(client, uri: str, base: str, sweep: Optional[str], view: bool) -> list[str]:
+    """The lines printed before the server starts: the recent sweeps, then the URLs of the one
+    opened (named by `sweep`, else the newest). A sweep that is not in the store: NoRuns."""
+    ids = recorded.experiment_ids(client, None)
+    found = recorded.sweeps(client, ids)
+    chosen = recorded.find_sweep(client, sweep, ids) if sweep is not None else (
+        found[0] if found else None)
+    lines = [f"MLflow UI on {uri}: {base}"]
+    if chosen is None:
+        return [*lines, ("no sweep recorded yet (python -m runner -m kernel=matmul_1,matmul_2 "
+                         "size=256,512)")]
+    more = f", {len(found) - LISTED} older not listed" if len(found) > LISTED else ""
+    lines.append(f"sweeps, newest first ({len(found)}{more}; open one with --sweep <id or "
+                 "name>):")
+    lines += [summary_line(client, parent, base) for parent in found[:LISTED]]
+    runs = children(client, chosen)
+    keys, unwritten = None, ""
+    if view and runs:
+        try:
+            keys = ui_views.write_view(client, chosen, runs)
+        except Exception as error:  # a read-only store: the URLs below still open the sweep
+            unwritten = f"  (no view written: {str(error).splitlines()[0][:160]})"
+    experiment = chosen.info.experiment_id
+    opened = (f"opened: {chosen.info.run_name} ({chosen.info.run_id[:8]}, "
+              f"{len(jobs_of(runs))} jobs)")
+    lines += ["", opened]
+    if keys is not None:
+        lines += ["  its jobs, best rate first, with kernel, size, rate and % as columns:",
+                  f"    {ui_views.view_url(base, experiment, keys[0])}",
+                  "  its charts, rate against size first:",
+                  f"    {ui_views.view_url(base, experiment, keys[1], charts=True)}"]
+    elif unwritten:
+        lines.append(unwritten)
+    elif view and runs:
+        lines.append(f"  (no view written: it is MLflow {ui_views.MLFLOW_MAJOR}'s format and "
+                     f"MLflow {ui_views.installed_major()} is installed)")
+    lines += ["  its parent run (its description: the best rate per size and kernel):",
+              f"    {run_url(base, chosen)}"]
+    return lines
 
 
 def _listening(port: int) -> bool:
@@ -62,18 +141,22 @@ def main(argv=None, wait_s: float = 120.0) -> Optional[int]:
     parser.add_argument("--uri", default=recorded.DEFAULT_URI,
                         help="the store the runs went to (tracking.uri; default %(default)s)")
     parser.add_argument("--port", type=int, default=5000)
+    parser.add_argument("--sweep", help="the sweep to open: its run id, short id or run name "
+                        "(default: the newest)")
+    parser.add_argument("--no-view", dest="view", action="store_false",
+                        help="write no view into the store's experiment tags")
     args = parser.parse_args(argv)
     client = recorded.client(args.uri)  # a store that does not exist: one line, exit 1
-    latest = recorded.latest_sweep(client, recorded.experiment_ids(client, None))
+    base = f"http://{HOST}:{args.port}"
     if _listening(args.port):
         raise SystemExit(f"gemmlab: error: port {args.port} on {HOST} is in use: give --port")
+    print("\n".join(describe(client, args.uri, base, args.sweep, args.view)), flush=True)
     server = subprocess.Popen(server_command(args.uri, args.port), start_new_session=True,
                               env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
                               stdout=subprocess.DEVNULL)
     previous = signal.signal(signal.SIGTERM, _interrupt)
     # Ctrl-C even where the shell started this with SIGINT ignored (a background job)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
-    base = f"http://{HOST}:{args.port}"
     try:
         deadline = time.monotonic() + wait_s
         while not _listening(args.port):
@@ -84,15 +167,7 @@ def main(argv=None, wait_s: float = 120.0) -> Optional[int]:
                 raise SystemExit(f"gemmlab: error: mlflow server did not answer on {base} "
                                  f"within {wait_s:.0f} s")
             time.sleep(0.3)
-        print(f"MLflow UI on {args.uri}: {base}")
-        if latest is not None:
-            print(f"latest sweep, {latest.info.run_name}: {run_url(base, latest)}")
-            print("  its Model metrics tab draws the best rate per kernel against size; select "
-                  "two of its runs in the experiment's table and Compare them side by side")
-        else:
-            print("no sweep recorded yet (python -m runner -m kernel=matmul_1,matmul_2 "
-                  "size=256,512)")
-        print("Ctrl-C stops it", flush=True)
+        print(f"MLflow UI answering on {base}; Ctrl-C stops it", flush=True)
         return server.wait()
     except KeyboardInterrupt:
         return 0
