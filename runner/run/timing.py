@@ -64,6 +64,13 @@ def median_noise(samples_ms) -> float:
     return float(values[high - 1] - values[low - 1]) / (2 * median)
 
 
+def _getter(timing_cfg):
+    """`get(key, default)` over a `timing` config, or over any object with those attributes."""
+    if hasattr(timing_cfg, "get"):
+        return timing_cfg.get
+    return lambda key, default=None: getattr(timing_cfg, key, default)
+
+
 @dataclass(frozen=True)
 class TimeStats:
     median: float
@@ -97,8 +104,7 @@ class Repetitions:
     @classmethod
     def of(cls, timing_cfg) -> "Repetitions":
         """The settings of a `timing` config (fixed when it has no target_noise)."""
-        get = timing_cfg.get if hasattr(timing_cfg, "get") else \
-            lambda key, default=None: getattr(timing_cfg, key, default)
+        get = _getter(timing_cfg)
         return cls(int(timing_cfg.repeats), get("target_noise", None),
                    float(get("min_time_s", 0.0)), float(get("max_time_s", 10.0)))
 
@@ -124,8 +130,7 @@ class Warmup:
 
     @classmethod
     def of(cls, timing_cfg) -> "Warmup":
-        get = timing_cfg.get if hasattr(timing_cfg, "get") else \
-            lambda key, default=None: getattr(timing_cfg, key, default)
+        get = _getter(timing_cfg)
         return cls(int(timing_cfg.warmup), float(get("warmup_min_s", 0.0)),
                    float(get("warmup_max_s", 0.0)))
 
