@@ -6,6 +6,7 @@ docs/examples/bring_your_own/ as a user's folders, and are run here as a user ru
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import compose_config
 from test_bad_inputs_cli import gemmlab, one_error_line
@@ -206,9 +207,13 @@ def test_an_opencl_source_includes_a_file_beside_it(cpu_backend, tmp_path):
         cpu_backend.compile(USES_HELPER_CL, "k.cl", ["k"], {})  # no folder: not found
 
 
-@pytest.mark.parametrize("header", ["cublas_v2.h", "stdio.h", "vector", "cuda_runtime_api.h"])
-@pytest.mark.parametrize("backend", ["opencl", "cuda"])
+@pytest.mark.parametrize("header, backend", [
+    *[(header, "opencl") for header in ("cublas_v2.h", "stdio.h", "vector", "cuda_runtime_api.h")],
+    *[(header, "cuda") for header in ("helper_cuda.h", "helper_functions.h", "omp.h", "mpi.h")],
+])
 def test_a_host_header_is_refused_in_one_line(cpu_backend, tmp_path, header, backend):
+    """OpenCL C can use no host header; NVRTC gets a stand-in for a system one (below), but
+    not for headers of no system (the CUDA samples' helpers, OpenMP, MPI)."""
     source = f"// a kernel\n#include <{header}>\n__global__ void k() {{}}\n"
     with pytest.raises(BuildError) as raised:
         if backend == "opencl":
@@ -228,10 +233,101 @@ def test_a_host_header_inside_a_header_beside_the_source_is_refused(tmp_path):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     from runner.backends.nvrtc import compile_cuda
 
-    (tmp_path / "util.cuh").write_text("#pragma once\n#include <iostream>\n")
-    with pytest.raises(BuildError, match=r"^util.cuh:2: cannot include <iostream>"):
+    (tmp_path / "util.cuh").write_text("#pragma once\n#include <helper_cuda.h>\n")
+    with pytest.raises(BuildError, match=r"^util.cuh:2: cannot include <helper_cuda.h>"):
         compile_cuda('#include "util.cuh"\n__global__ void k() {}\n', "k.cu", {}, 90,
                      include_dirs=[str(tmp_path)])
+
+
+# ------------------------------------------------------------------ host headers (CUDA)
+
+HOST_HEADERS = ["algorithm", "cassert", "cstdio", "cstdlib", "cublas_v2.h", "stdio.h",
+                "stdlib.h", "assert.h", "vector", "iostream", "cuda.h", "cuda_runtime_api.h"]
+
+
+def test_a_cuh_with_host_headers_and_uint_compiles_unchanged(compile_only_cuda):
+    """host_headers_sgemm.cuh starts as SGEMM_CUDA's kernels do (<algorithm>, <cassert>,
+    <cstdio>, <cstdlib>, <cublas_v2.h>, <cuda_runtime.h>) and uses glibc's `uint`; the compile
+    log says which host headers NVRTC was given stand-ins for."""
+    plan, prepared = compile_example(compile_only_cuda, "host_headers_sgemm")
+    (entry,) = plan.entries
+    assert entry == "sgemm_coalesced<32>"
+    assert prepared.program.signatures[entry] == ("int", "int", "int", "float", "pointer",
+                                                  "pointer", "float", "pointer")
+    assert plan.blas_beta == 0.0
+    note = prepared.program.log.splitlines()[0]
+    assert note.startswith("gemmlab: stood in for the host headers <algorithm>, <cassert>, "
+                           "<cstdio>, <cstdlib>, <cublas_v2.h>"), note
+    assert prepared.program.resources[entry].registers > 0
+
+
+@pytest.mark.parametrize("header", HOST_HEADERS)
+def test_each_system_host_header_is_stood_in_for(tmp_path, header):
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    source = (f"#include <{header}>\n"
+              'extern "C" __global__ void k(float* x) { uint i = threadIdx.x; ushort s = 1; '
+              "assert(i < 1024); if (i == 0) printf(\"%f\\n\", x[0]); x[i] += s; }\n")
+    output = compile_cuda(source, "k.cu", {}, 90, include_dirs=[str(tmp_path)],
+                          name_expressions=["k"])
+    from runner.backends.nvrtc import _nvrtc_finds
+
+    # the toolkit's CUDA headers compile under NVRTC where it is installed: no stand-in then
+    found = _nvrtc_finds(header, tuple(output.options[i][2:] for i in range(len(output.options))
+                                       if output.options[i].startswith("-I")))
+    assert found or f"<{header}>" in output.log.splitlines()[0]
+
+
+def test_uint_needs_no_host_header():
+    """nvcc's own host headers give every .cu file glibc's typedefs; NVRTC gets them too."""
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    output = compile_cuda('extern "C" __global__ void k(float* x) { uint i = threadIdx.x; '
+                          "ulong j = i; x[i] = j; }\n", "k.cu", {}, 90, name_expressions=["k"])
+    assert output.lowered == {"k": "k"}
+    assert "stood in" not in output.log
+
+
+def test_stand_ins_hold_what_device_code_takes_from_them():
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    source = ("#include <cstdint>\n#include <cfloat>\n#include <climits>\n#include <cmath>\n"
+              'extern "C" __global__ void k(float* x) { int32_t a = INT_MAX; std::uint64_t b = '
+              "UINT64_MAX; x[0] = FLT_MAX + a + b + (float)M_PI + fmaxf(x[1], -INFINITY); }\n")
+    output = compile_cuda(source, "k.cu", {}, 90, name_expressions=["k"])
+    assert output.lowered == {"k": "k"}
+
+
+@pytest.mark.parametrize("body, name, header", [
+    ("__device__ void f() { cublasHandle_t handle; }", "cublasHandle_t", "<cublas_v2.h>"),
+    ("__device__ void f() { FILE* f = 0; }", "FILE", "<cstdio>"),
+    ("__device__ float f(float a) { return std::max(a, 1.0f); }", "std::max", "<algorithm>"),
+    ("__device__ int f() { return EXIT_FAILURE; }", "EXIT_FAILURE", "<cstdlib>"),
+])
+def test_device_code_that_uses_a_stood_in_header_says_which_in_one_line(body, name, header):
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    source = ("#include <algorithm>\n#include <cstdio>\n#include <cstdlib>\n"
+              f"#include <cublas_v2.h>\n{body}\n")
+    with pytest.raises(BuildError) as raised:
+        compile_cuda(source, "k.cu", {}, 90)
+    message = str(raised.value)
+    assert message.startswith(f"NVRTC compile of k.cu failed: k.cu:5: `{name}` is host code "
+                              f"from {header}"), message
+    assert "\n" not in message
+
+
+def test_an_unknown_include_is_nvrtcs_one_line():
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    with pytest.raises(BuildError, match=r'^NVRTC compile of k.cu failed: k.cu:1: error: cannot '
+                                         r'open source file "my_lib.h"$'):
+        compile_cuda("#include <my_lib.h>\n__global__ void k() {}\n", "k.cu", {}, 90)
 
 
 def test_nvrtc_compiles_the_cuda_headers_where_the_toolkit_has_them(tmp_path):
@@ -358,3 +454,126 @@ def test_every_worked_example_composes_plans_and_is_tested_here(name):
     plan_kernel(example_config(f"kernel={name}", f"backend={backend}").kernel,
                 ProblemSize(33, 35, 37))
     assert name in Path(__file__).read_text(), f"{name} has no test of its own"
+
+
+# ------------------------------------------------------------------ a tutorial's settings header
+
+def test_a_settings_header_gives_way_to_the_yamls_defines(cpu_backend):
+    """tutorial_settings.h says `#define KERNEL 8`, `TSM 128`, ...; the YAML's KERNEL 7 and
+    TSM 64 win, so gemm7 is built with the YAML's tiles (and not "no kernel named gemm7"), and
+    the compile log names each line that gave way."""
+    cfg = example_config("kernel=tutorial_settings_7")
+    _, prepared, checked = run_on_cpu(cpu_backend, cfg, ProblemSize(67, 45, 33))
+    assert checked.passed, checked.detail
+    log = prepared.program.log
+    assert ("gemmlab: tutorial_settings.h:8: #define KERNEL 8 left out: the run's -DKERNEL=7 "
+            "wins") in log
+    assert "tutorial_settings.h:11: #define TSM 128 left out: the run's -DTSM=64 wins" in log
+    assert "tutorial_settings.h:15: #define RTSM (TSM/WPTM) left out" in log
+    assert "MOD2" not in log and "CEIL_DIV" not in log  # function-like macros stay
+    # the user's files are recorded as they are
+    assert "#define KERNEL 8" in prepared.headers["tutorial_settings.h"]
+
+
+@pytest.mark.parametrize("params", [["kernel.params.TSM=32", "kernel.params.WPTM=2"],
+                                    ["kernel.params.TSN=128", "kernel.params.WPTN=8"]])
+def test_the_settings_header_example_at_other_tiles(cpu_backend, params):
+    cfg = example_config("kernel=tutorial_settings_7", *params)
+    _, _, checked = run_on_cpu(cpu_backend, cfg, ProblemSize(70, 129, 17))
+    assert checked.passed, checked.detail
+
+
+def test_the_settings_header_example_through_the_command_line(tmp_path):
+    done = gemmlab(tmp_path, "kernel=tutorial_settings_7", *USER_FOLDERS)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "no kernel named" not in done.stdout + done.stderr
+
+
+def test_which_defines_of_a_header_give_way():
+    from runner.backends.includes import _overriding_defines
+
+    header = ("#define KERNEL 8\n"                 # 1: another value: gives way
+              "#ifndef TS\n#define TS 16\n#endif\n"  # 3: guarded: the -D wins by itself
+              "#if !defined(WPT)\n#define WPT 4\n#endif\n"
+              "#define TSK 16 // same value\n"     # 8: the same value: kept
+              "#define MOD2(x,y) ((x) % (y))\n"    # function-like: kept
+              "#define LPTA \\\n  (TSK * 2)\n"     # 10-11: a continued define gives way whole
+              "#define OTHER 1\n")                  # not a -D of the run
+    defines = {"KERNEL": 7, "TS": 8, "WPT": 2, "TSK": 16, "MOD2": 1, "LPTA": 4}
+    assert _overriding_defines(header, defines) == [(1, 1, "KERNEL", "8"),
+                                                   (10, 11, "LPTA", "(TSK * 2)")]
+
+
+def test_a_cuda_header_gives_way_too(tmp_path):
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    (tmp_path / "config.cuh").write_text("#pragma once\n#define TS 8\n#define TWICE(x) (2*(x))\n")
+    source = ('#include "config.cuh"\nstatic_assert(TS == 16, "the run\'s TS");\n'
+              'extern "C" __global__ void k(float* x) { x[0] = TWICE(TS); }\n')
+    output = compile_cuda(source, "k.cu", {"TS": 16}, 90, include_dirs=[str(tmp_path)],
+                          name_expressions=["k"])
+    assert "gemmlab: config.cuh:2: #define TS 8 left out: the run's -DTS=16 wins" in output.log
+
+
+# ------------------------------------------------------------------ inspect checks the arguments
+
+def test_inspect_checks_the_arguments_against_the_compiled_signature(tmp_path):
+    """A launch whose arguments do not fit the kernel fails `runner.inspect` on a machine
+    without a GPU in the line a run would give (runner/run/execute.py check_signatures)."""
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.inspect.command import main
+
+    conf = tmp_path / "conf" / "kernel"
+    conf.mkdir(parents=True)
+    spec = (EXAMPLES / "conf" / "kernel" / "host_headers_sgemm.yaml").read_text()
+    spec = spec.replace("name: host_headers_sgemm", "name: swapped_sgemm").replace(
+        'args: [M, N, K, "alpha=1.0f", A, B, "beta=0.0f", C]',
+        'args: [M, N, K, A, "alpha=1.0f", B, "beta=0.0f", C]')
+    (conf / "swapped_sgemm.yaml").write_text(spec)
+    folders = [f"kernel_dirs=[{EXAMPLES / 'kernels'}]", f"hydra.searchpath=[file://{conf.parent}]"]
+    done = gemmlab(tmp_path, "backend=cuda", "kernel=swapped_sgemm", *folders,
+                   quick=False, prefix=("-m", "runner.inspect"))
+    assert done.returncode == 1, done.stdout + done.stderr
+    output = " ".join((done.stdout + done.stderr).split())
+    assert ("gemmlab inspect: error: swapped_sgemm: launch sgemm_coalesced<32>: argument 4 (A) "
+            "is a pointer, but parameter 4 of host_headers_sgemm.cuh's sgemm_coalesced<32> is a "
+            "float"
+            ) in output, output
+    assert main([*USER_FOLDERS, "backend=cuda", "kernel=host_headers_sgemm",
+                 "--out", str(tmp_path / "out")]) == 0
+
+
+def test_beta_zero_reads_a_finite_poison_so_a_kernel_that_reads_c_passes(cpu_backend, tmp_path):
+    """scaled_gemm.cl computes alpha*acc + beta*C[i] whatever beta is; with beta=0.0f its C
+    holds the finite poison (-9999.99), so 0*C is 0, as BLAS allows, and the check passes."""
+    from runner.backends.base import POISON
+
+    assert np.isfinite(POISON) and float(POISON) == pytest.approx(-9999.99)
+    conf = tmp_path / "conf" / "kernel"
+    conf.mkdir(parents=True)
+    spec = (EXAMPLES / "conf" / "kernel" / "scaled_gemm.yaml").read_text()
+    assert '"beta=-0.5f"' in spec
+    (conf / "scaled_gemm_beta0.yaml").write_text(
+        spec.replace("name: scaled_gemm", "name: scaled_gemm_beta0")
+        .replace('"beta=-0.5f"', '"beta=0.0f"'))
+    cfg = compose_config(f"kernel_dirs=[{EXAMPLES / 'kernels'}]",
+                         f"hydra.searchpath=[file://{conf.parent}]", "kernel=scaled_gemm_beta0")
+    plan, _, checked = run_on_cpu(cpu_backend, cfg, ProblemSize(33, 35, 37))
+    assert plan.blas_beta == 0.0
+    assert checked.passed, checked.detail
+
+
+def test_the_compile_notes_can_be_read_back_from_the_log(compile_only_cuda, cpu_backend):
+    from runner.backends.includes import compile_notes
+
+    _, prepared = compile_example(compile_only_cuda, "host_headers_sgemm")
+    notes = compile_notes(prepared.program.log)
+    assert notes["stood_in"][:5] == ["algorithm", "cassert", "cstdio", "cstdlib", "cublas_v2.h"]
+    assert notes["gave_way"] == []
+    _, prepared, _ = run_on_cpu(cpu_backend, example_config("kernel=tutorial_settings_7"),
+                                ProblemSize(8, 8, 8))
+    notes = compile_notes(prepared.program.log)
+    assert notes["stood_in"] == []
+    assert notes["gave_way"][0] == ("tutorial_settings.h:8: #define KERNEL 8 left out: the run's "
+                                    "-DKERNEL=7 wins")

@@ -1,10 +1,12 @@
 """The CUDA examples of docs/examples/bring_your_own on an NVIDIA GPU (marked `gpu`, skipped
-without one): each verified and timed through the command line, and the template kernel swept
-over its parameters in one multirun, the constraints refusing what cannot be instantiated
-before anything is compiled."""
+without one): each verified and timed through the command line (the kernel file with host
+headers and `uint` included, at beta = 0 with C poisoned), the template kernel swept over its
+parameters in one multirun, the constraints refusing what cannot be instantiated before
+anything is compiled; and the tutorial's kernels.cl with its settings header on NVIDIA's
+OpenCL, the YAML's KERNEL winning over the header's."""
 
 import pytest
-from conftest import requires_cuda_gpu
+from conftest import requires_cuda_gpu, requires_nvidia_opencl
 from mlflow.tracking import MlflowClient
 from test_bad_inputs_cli import gemmlab
 from test_bring_your_own import USER_FOLDERS
@@ -27,7 +29,10 @@ def _jobs(uri: str) -> list:
     ("prefetch_sgemm", ["kernel.params.DOUBLE_BUFFER=0"]),
     ("tiled_namespace", []),
     ("coalesced_axpby", []),
-], ids=["template", "template-single-buffer", "namespace", "alpha-beta"])
+    ("host_headers_sgemm", []),
+    ("host_headers_sgemm", ["kernel.params.BLOCKSIZE=16"]),
+], ids=["template", "template-single-buffer", "namespace", "alpha-beta", "host-headers-beta-0",
+        "host-headers-16"])
 @pytest.mark.parametrize("size", [["size=1024"], ["m=1000", "n=1030", "k=999"]],
                          ids=["1024", "1000x1030x999"])
 def test_each_cuda_example_is_verified_and_timed(tmp_path, name, overrides, size):
@@ -42,6 +47,21 @@ def test_each_cuda_example_is_verified_and_timed(tmp_path, name, overrides, size
     assert run.data.metrics["kernel/registers"] > 0
     if name == "coalesced_axpby":  # beta != 0: checked against alpha*A·B + beta*C0
         assert "beta*C0 (alpha=2, beta=0.5)" in run.data.tags["check.method"]
+    if name == "host_headers_sgemm":  # beta = 0: C poisoned with a finite value, 0*C = 0
+        assert "beta*C0" not in run.data.tags["check.method"]
+
+
+@requires_nvidia_opencl
+@pytest.mark.parametrize("params", [[], ["kernel.params.TSM=128", "kernel.params.WPTM=8"]],
+                         ids=["defaults", "128"])
+def test_the_settings_header_example_on_nvidias_opencl(tmp_path, params):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = gemmlab(tmp_path, "backend=opencl", "backend.platform=NVIDIA", "timing.repeats=5",
+                   "timing.warmup=1", "kernel=tutorial_settings_7", *USER_FOLDERS, *params,
+                   "m=1000", "n=1030", "k=999", f"tracking.uri={uri}", quick=False, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = _jobs(uri)
+    assert run.data.metrics["check/passed"] == 1.0
 
 
 def test_a_template_sweep_instantiates_each_shape_and_refuses_what_cannot_be(tmp_path):

@@ -12,11 +12,16 @@ from typing import Mapping, Optional, Sequence
 
 from runner.backends.build_log import first_error
 from runner.backends.includes import (
+    PRELUDE,
+    PRELUDE_NAME,
     check_includes,
     cuda_toolkit_include_dirs,
     has_system_include,
+    host_includes,
     include_options,
     local_includes,
+    stand_in_text,
+    yielding_headers,
 )
 from runner.errors import BuildError
 
@@ -41,8 +46,10 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     NVRTC 13 has been seen to return an empty log when the same program is compiled again in
     one process (a sweep), which would lose the ptxas report; the first output is kept instead.
     `include_dirs`: the source's folder first (the files beside it that it includes); the CUDA
-    toolkit's headers are added when it includes a `<...>` header. A host header is refused
-    before NVRTC runs (runner/backends/includes.py). `name_expressions`: the entries, any C++
+    toolkit's headers are added when it includes a `<...>` header. A system host header NVRTC
+    cannot find gets a stand-in, `uint`/`ushort`/`ulong` are pre-included, a header beside the
+    source gives way to the run's defines, each said in the log's first lines; a header of no
+    system is refused before NVRTC runs (runner/backends/includes.py). `name_expressions`: the entries, any C++
     name of a __global__ function (namespaced, a template instantiation), resolved by NVRTC to
     their names in the cubin (`lowered`), so a mangled name is never written by hand.
     """
@@ -54,9 +61,31 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     # The files it includes, by content: an edited header is another program.
     headers = tuple((str(path), path.read_bytes()) for path in local_includes(source, folder)) \
         if folder is not None else ()
+    stand_ins = tuple(name for name in host_includes(source, folder)
+                      if not _nvrtc_finds(name, tuple(dirs)))
+    yielded, notes = yielding_headers(source, folder, defines)
     return _compile_once(source, source_name, tuple(defines.items()), int(compute_capability),
                          None if max_registers is None else int(max_registers), tuple(dirs),
-                         headers, tuple(dict.fromkeys(name_expressions)))
+                         headers, tuple(dict.fromkeys(name_expressions)), stand_ins,
+                         tuple(yielded.items()), tuple(notes))
+
+
+@functools.lru_cache(maxsize=256)
+def _nvrtc_finds(header: str, include_dirs: tuple) -> bool:
+    """Whether NVRTC compiles `#include <header>` alone with these include folders (its own
+    headers, the toolkit's `cuda_runtime.h`): then it needs no stand-in."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    program = nvrtc.createProgram(f"#include <{header}>\n", "probe.cu", [PRELUDE.encode()],
+                                  [PRELUDE_NAME.encode()])
+    try:
+        nvrtc.compileProgram(program, ["-std=c++17", f"-include={PRELUDE_NAME}",
+                                       *include_options(include_dirs)])
+        return True
+    except nvrtc.NVRTCError:
+        return False
+    finally:
+        nvrtc.destroyProgram(program)
 
 
 _ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\((.*?)\)", re.S)
@@ -86,10 +115,12 @@ def ptx_signatures(ptx: str) -> dict[str, tuple[str, ...]]:
 @functools.lru_cache(maxsize=128)
 def _compile_once(source: str, source_name: str, defines: tuple, compute_capability: int,
                   max_registers: Optional[int], include_dirs: tuple = (),
-                  headers: tuple = (), name_expressions: tuple = ()) -> NvrtcOutput:
+                  headers: tuple = (), name_expressions: tuple = (), stand_ins: tuple = (),
+                  yielded: tuple = (), notes: tuple = ()) -> NvrtcOutput:
     from cupy_backends.cuda.libs import nvrtc
 
     options = [f"-D{name}={int(value)}" for name, value in defines]
+    options.append(f"-include={PRELUDE_NAME}")  # uint, ushort, ulong, as nvcc's host headers
     options += include_options(include_dirs)
     # From Hopper on, the architecture-specific target (sm_90a): the same code for what sm_90
     # has, plus the instructions only that architecture has (wgmma, matmul_12). A cubin runs on
@@ -103,7 +134,19 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
                 "-lineinfo"]
     if max_registers is not None:
         options.append(f"--maxrregcount={int(max_registers)}")
-    program = nvrtc.createProgram(source, source_name, [], [])
+    # In memory, ahead of every include folder: the prelude, the stand-ins for host headers,
+    # and the headers beside the source whose own defines gave way to the run's.
+    memory = [(PRELUDE_NAME, PRELUDE)] + [(name, stand_in_text(name)) for name in stand_ins] \
+        + list(yielded)
+    said = list(notes)
+    if stand_ins:
+        said.insert(0, "stood in for the host headers "
+                    + ", ".join(f"<{name}>" for name in stand_ins)
+                    + " (NVRTC compiles device code only and has none of them; "
+                      "runner/backends/includes.py says what each stand-in holds)")
+    said = "".join(f"gemmlab: {line}\n" for line in said)
+    program = nvrtc.createProgram(source, source_name, [text.encode() for _, text in memory],
+                                  [name.encode() for name, _ in memory])
     try:
         for expression in name_expressions:
             nvrtc.addNameExpression(program, expression)
@@ -111,11 +154,11 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
             nvrtc.compileProgram(program, options)
         except nvrtc.NVRTCError:
             log = nvrtc.getProgramLog(program)
-            raise BuildError(f"NVRTC compile of {source_name} failed: "
-                             f"{_first_error(log, source_name)}",
+            reason = _host_use(log, source_name, stand_ins) or _first_error(log, source_name)
+            raise BuildError(f"NVRTC compile of {source_name} failed: {reason}",
                              f"options: {' '.join(options)}\n"
-                             f"entries: {', '.join(name_expressions)}\n\n{log}") from None
-        log = nvrtc.getProgramLog(program)
+                             f"entries: {', '.join(name_expressions)}\n{said}\n{log}") from None
+        log = said + nvrtc.getProgramLog(program)
         lowered = {expression: nvrtc.getLoweredName(program, expression)
                    for expression in name_expressions}
         # NVRTC's getCUBIN has been seen to drop the final byte; an extra NUL is harmless to
@@ -144,3 +187,44 @@ def _first_error(log: str, source_name: str) -> str:
         return (f"the entry{which} names no __global__ function of {source_name} that NVRTC "
                 f"can instantiate: {found['msg'].strip()}")
     return first_error(log, source_name)
+
+
+# What device code may name that only a host header declares: the header it comes from.
+_HOST_NAMES = [
+    (re.compile(r"^(cuda[A-Z]\w*|CUDA_\w+)$"), ("cuda_runtime.h", "cuda_runtime_api.h", "cuda.h")),
+    (re.compile(r"^(cu[A-Z]\w*|CU_\w+|CUresult)$"), ("cuda.h",)),
+    (re.compile(r"^(cublas\w*|CUBLAS_\w+)$"), ("cublas_v2.h", "cublas.h", "cublasLt.h")),
+    (re.compile(r"^(f?printf|fopen|fclose|fflush|fputs|puts|s?n?printf|scanf|FILE|stderr|stdout|"
+                r"fwrite|fread|perror)$"), ("cstdio", "stdio.h")),
+    (re.compile(r"^(exit|abort|rand|srand|atoi|atof|atol|getenv|qsort|system|EXIT_\w+|"
+                r"RAND_MAX|calloc|realloc)$"), ("cstdlib", "stdlib.h")),
+    (re.compile(r"^(strlen|strcpy|strncpy|strcmp|strcat|strerror)$"), ("cstring", "string.h")),
+]
+_UNDEFINED = re.compile(r'^(?P<file>.+?)\((?P<line>\d+)\): error: (?:identifier "(?P<name>[\w]+)" '
+                        r'is undefined|namespace "std" has no member "(?P<std>\w+)")', re.M)
+
+
+def _host_use(log: str, source_name: str, stand_ins: tuple) -> str:
+    """Where compilation failed because device code uses a host facility of a header that was
+    stood in for: one line naming the place, the header and the identifier; else ""."""
+    if not stand_ins:
+        return ""
+    found = _UNDEFINED.search(log)
+    if found is None:
+        return ""
+    where = first_error(found.group(0), source_name).split(": error:")[0]
+    if found["std"]:
+        headers = [name for name in stand_ins if "." not in name]
+        name = f"std::{found['std']}"
+    else:
+        name = found["name"]
+        headers = next(([h for h in candidates if h in stand_ins]
+                        for pattern, candidates in _HOST_NAMES if pattern.match(name)), [])
+    if not headers:
+        return ""
+    shown = " or ".join(f"<{header}>" for header in headers)
+    return (f"{where}: `{name}` is host code from {shown}, which NVRTC does not have (gemmlab "
+            f"stood in for it with a header that declares nothing of the host's): NVRTC "
+            f"compiles device code only, so host code (main, cudaMalloc, cuBLAS calls, "
+            f"std:: algorithms) must stay out of the kernel's file; include a file that "
+            f"holds only the kernels")

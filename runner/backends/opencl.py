@@ -16,7 +16,7 @@ from runner.backends import driver_env
 from runner.backends.base import (POISON, Backend, CompiledProgram, DeviceInfo, KernelResources,
                                   pci_address)
 from runner.backends.build_log import first_error, pyopencl_build_log
-from runner.backends.includes import check_includes, include_options
+from runner.backends.includes import check_includes, include_options, yielding_headers
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import BuildError, RunError
 
@@ -237,6 +237,24 @@ def _build_error(message: str, source_name: str, options: Sequence[str],
     return BuildError(f"OpenCL build of {source_name} failed: {first}", full_log)
 
 
+def _yielded_folder(texts: Mapping[str, str]) -> str:
+    """A folder holding the headers beside a source as the compiler gets them when the run's
+    defines win over theirs (includes.yielding_headers), searched before the source's own
+    folder; named by their content, so one copy serves every build that needs it."""
+    import hashlib
+
+    digest = hashlib.sha256(repr(sorted(texts.items())).encode()).hexdigest()[:16]
+    folder = Path(tempfile.gettempdir()) / f"gemmlab-yielded-{digest}"
+    for relative, text in texts.items():
+        path = folder / relative
+        if not path.is_file() or path.read_text(errors="replace") != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+            partial.write_text(text)
+            os.replace(partial, path)  # whole, for a build in another process meanwhile
+    return str(folder)
+
+
 _SCALAR_KINDS = {"int": "int", "float": "float"}
 
 
@@ -304,7 +322,10 @@ class OpenCLBackend(Backend):
                 raise RunError(f"{source_name}: entry {entry!r} is not an OpenCL C kernel name "
                                "(C++ names and templates are for CUDA sources)")
         options = [f"-D{name}={int(value)}" for name, value in defines.items()]
-        options += include_options(include_dirs)
+        yielded, notes = yielding_headers(
+            source, Path(include_dirs[0]) if include_dirs else None, defines)
+        options += include_options(([_yielded_folder(yielded)] if yielded else [])
+                                   + list(include_dirs))
         options.append("-cl-kernel-arg-info")  # the parameters' types: launches are checked
         if self._info.is_nvidia_gpu:
             options.append("-cl-nv-verbose")  # ptxas' register and spill report in the build log
@@ -322,6 +343,7 @@ class OpenCLBackend(Backend):
         except cl.RuntimeError as error:
             raise _build_error(str(error), source_name, options, "".join(printed)) from None
         build_log = program.get_build_info(self.device, cl.program_build_info.LOG) or ""
+        build_log = "".join(f"gemmlab: {note}\n" for note in notes) + build_log
         build_log += "".join(printed)
         kernels, resources, signatures = {}, {}, {}
         reported = parse_ptxas_report(build_log)

@@ -82,12 +82,13 @@ def _check_target(plan, backend) -> None:
 
 
 def inspect_config(cfg):
-    """Compile the config's kernel as a run would (same plan, defines and cache) and inspect it."""
+    """Compile the config's kernel as a run would (same plan, defines and cache), check each
+    launch's arguments against the compiled signature as a run does, and inspect it."""
     from runner.config.paths import source_file_name
     from runner.config.preflight import check_kernel_dirs
     from runner.config.spec import ProblemSize, plan_kernel
     from runner.inspect.program import inspect_program
-    from runner.run.execute import compile_once
+    from runner.run.execute import check_signatures, compile_once
 
     check_kernel_dirs(cfg.kernel_dirs)  # a folder that is not there: not the packaged kernel
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
@@ -98,6 +99,8 @@ def inspect_config(cfg):
     source, include_dirs = path.read_text(), (str(path.parent),)
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers, include_dirs)
+    # every launch's arguments against the compiled signature, as a run checks them
+    check_signatures(plan, program, file_name, backend.name)
     return inspect_program(backend, source, file_name, plan, program, include_dirs)
 
 
