@@ -577,3 +577,30 @@ def test_the_compile_notes_can_be_read_back_from_the_log(compile_only_cuda, cpu_
     assert notes["stood_in"] == []
     assert notes["gave_way"][0] == ("tutorial_settings.h:8: #define KERNEL 8 left out: the run's "
                                     "-DKERNEL=7 wins")
+
+
+def test_nvrtc_leaves_the_stack_limit_as_it_found_it():
+    """NVRTC raises RLIMIT_STACK to unlimited when it compiles; a process started afterwards
+    would inherit it, and PoCL's threads overflow the smaller stacks glibc then gives them (a CPU
+    sweep started by a process that had compiled CUDA died of SIGSEGV). A failing compile too."""
+    import resource
+
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from runner.backends.nvrtc import compile_cuda
+
+    before = resource.getrlimit(resource.RLIMIT_STACK)
+    try:
+        resource.setrlimit(resource.RLIMIT_STACK, (8 << 20, before[1]))
+        for body in ("{ }", "{ undeclared(); }"):
+            source = f"// {id(body)} {body}\nextern \"C\" __global__ void k(int* x) {body}\n"
+            try:
+                compile_cuda(source, "stack_probe.cu", {}, 90)
+            except BuildError:
+                pass
+            assert resource.getrlimit(resource.RLIMIT_STACK) == (8 << 20, before[1]), body
+        # <algorithm> is probed alone first (does NVRTC have it?): a compile of its own
+        compile_cuda("#include <algorithm>\nextern \"C\" __global__ void k2(int* x) { }\n",
+                     "stack_probe2.cu", {}, 90)
+        assert resource.getrlimit(resource.RLIMIT_STACK) == (8 << 20, before[1])
+    finally:
+        resource.setrlimit(resource.RLIMIT_STACK, before)

@@ -4,8 +4,10 @@ Works without a GPU (CuPy's low-level NVRTC binding plus the NVRTC wheel), so so
 compiled and their registers and spills checked on any machine.
 """
 
+import contextlib
 import functools
 import re
+import resource
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -70,6 +72,20 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
                          tuple(yielded.items()), tuple(notes))
 
 
+@contextlib.contextmanager
+def _stack_limit_kept():
+    """NVRTC raises the process's stack limit (RLIMIT_STACK) to unlimited while it compiles and
+    leaves it so; every process started afterwards inherits it, and glibc then gives new threads
+    2 MB stacks instead of the limit's 8 MB, which PoCL's compiler threads overflow (a CPU job
+    started by a process that compiled CUDA died of SIGSEGV). The limit is put back after."""
+    kept = resource.getrlimit(resource.RLIMIT_STACK)
+    try:
+        yield
+    finally:
+        if resource.getrlimit(resource.RLIMIT_STACK) != kept:
+            resource.setrlimit(resource.RLIMIT_STACK, kept)
+
+
 @functools.lru_cache(maxsize=256)
 def _nvrtc_finds(header: str, include_dirs: tuple) -> bool:
     """Whether NVRTC compiles `#include <header>` alone with these include folders (its own
@@ -79,8 +95,9 @@ def _nvrtc_finds(header: str, include_dirs: tuple) -> bool:
     program = nvrtc.createProgram(f"#include <{header}>\n", "probe.cu", [PRELUDE.encode()],
                                   [PRELUDE_NAME.encode()])
     try:
-        nvrtc.compileProgram(program, ["-std=c++17", f"-include={PRELUDE_NAME}",
-                                       *include_options(include_dirs)])
+        with _stack_limit_kept():
+            nvrtc.compileProgram(program, ["-std=c++17", f"-include={PRELUDE_NAME}",
+                                           *include_options(include_dirs)])
         return True
     except nvrtc.NVRTCError:
         return False
@@ -151,7 +168,8 @@ def _compile_once(source: str, source_name: str, defines: tuple, compute_capabil
         for expression in name_expressions:
             nvrtc.addNameExpression(program, expression)
         try:
-            nvrtc.compileProgram(program, options)
+            with _stack_limit_kept():
+                nvrtc.compileProgram(program, options)
         except nvrtc.NVRTCError:
             log = nvrtc.getProgramLog(program)
             reason = _host_use(log, source_name, stand_ins) or _first_error(log, source_name)
