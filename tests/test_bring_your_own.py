@@ -489,6 +489,33 @@ def test_the_settings_header_example_through_the_command_line(tmp_path):
     assert "no kernel named" not in done.stdout + done.stderr
 
 
+def test_include_first_keeps_the_sources_own_line_numbers(cpu_backend, tmp_path):
+    """The compiler gets the header's #include, then `#line 1` and the source: an error in the
+    source is reported at the line an editor shows."""
+    import shutil
+
+    folder = tmp_path / "opencl"
+    folder.mkdir()
+    shutil.copy(EXAMPLES / "kernels" / "opencl" / "tutorial_settings.h", folder)
+    lines = (EXAMPLES / "kernels" / "opencl" / "tutorial_kernels.cl").read_text().split("\n")
+    lines[9] = "this is not OpenCL C;"  # line 10
+    (folder / "tutorial_kernels.cl").write_text("\n".join(lines))
+    cfg = example_config("kernel=tutorial_settings_7", f"kernel_dirs=[{tmp_path}]")
+    with pytest.raises(BuildError) as error:
+        run_on_cpu(cpu_backend, cfg, ProblemSize(8, 8, 8))
+    assert "tutorial_kernels.cl:10:" in str(error.value), error.value
+
+
+def test_include_first_names_a_header_beside_the_source(cpu_backend, tmp_path):
+    cfg = example_config("kernel=tutorial_settings_7", "kernel.include_first.opencl=[nowhere.h]")
+    with pytest.raises(Refused, match="include_first: nowhere.h is not beside "
+                                      "tutorial_kernels.cl"):
+        run_on_cpu(cpu_backend, cfg, ProblemSize(8, 8, 8))
+    cfg = example_config("kernel=tutorial_settings_7", "+kernel.include_first.openCL=[x.h]")
+    with pytest.raises(Refused, match="include_first names 'openCL', not a backend"):
+        plan_kernel(cfg.kernel, ProblemSize(8, 8, 8))
+
+
 def test_which_defines_of_a_header_give_way():
     from runner.backends.includes import _overriding_defines
 

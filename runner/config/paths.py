@@ -84,6 +84,21 @@ def source_file_name(kernel_cfg, backend: str) -> str:
     return file_name
 
 
+def kernel_source_text(path: Path, include_first: Iterable[str] = ()) -> str:
+    """The source as the compiler gets it: the headers of `include_first` (files beside it)
+    included ahead of it, in that order, as a host program that joins a settings header and
+    a kernel file into one program text does; the source's own lines keep their numbers."""
+    text = path.read_text()
+    first = list(include_first)
+    for header in first:
+        check_source_name(header)
+        if not (path.parent / header).is_file():
+            raise Refused(f"include_first: {header} is not beside {path.name} in {path.parent}")
+    if not first:
+        return text
+    return "".join(f'#include "{header}"\n' for header in first) + "#line 1\n" + text
+
+
 def kernel_source_path(backend: str, file_name: str, configured_dirs: Iterable[str] = ()) -> Path:
     """The source `file_name` of `backend` ("opencl" or "cuda") from the first folder of
     `kernel_dirs(configured_dirs)` that has it; a RunError naming every folder tried if none."""

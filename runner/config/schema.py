@@ -63,6 +63,9 @@ class LaunchConfig:
     # Expression over the parameters and M, N, K: the launch runs only where it holds (a
     # pre-pass that some parameters or sizes do not need); None: always.
     when: Optional[str] = None
+    # True: the launch the step is about (its registers, alpha and beta are the run's), where
+    # it is neither named as the step nor last (a pass after it that unpads C); at most one.
+    main: bool = False
 
 
 @dataclass
@@ -92,6 +95,9 @@ class KernelConfig:
     # (`KERNEL: 6`) or an integer expression over the parameters and the defines above it
     # (`RTSM: TSM // WPTM`). In scope of the launch geometry, scratch and work expressions too.
     defines: Dict[str, str] = field(default_factory=dict)
+    # backend -> headers beside the source, included ahead of it in this order: what a host
+    # program that joins files into one program text does (myGEMM: settings.h + kernels.cl).
+    include_first: Dict[str, List[str]] = field(default_factory=dict)
     constraints: List[ConstraintConfig] = field(default_factory=list)
     launches: List[LaunchConfig] = MISSING
     scratch: Dict[str, str] = field(default_factory=dict)  # buffer name -> float count (expression)

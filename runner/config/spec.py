@@ -276,6 +276,7 @@ class Launch:
     local: tuple[int, ...]
     groups: tuple[int, ...]
     local_bytes: int = 0  # dynamic local/shared memory
+    main: bool = False  # the spec's `main: true`
 
     @property
     def work_group_size(self) -> int:
@@ -304,6 +305,8 @@ class KernelPlan:
     # Parameters and defines that feed a template argument of an entry: not macros as well
     # (-DBM=128 would rewrite the template's own `int BM` into `int 128`).
     template_params: frozenset = frozenset()
+    # backend -> headers beside the source included ahead of it (the spec's `include_first`).
+    include_first: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def defines(self) -> dict[str, int]:
@@ -347,10 +350,12 @@ class KernelPlan:
 
     @property
     def main_launch(self) -> Launch:
-        """The launch the step is about: its function named as the step (a pre-pass may come
-        before it, a pass that sums split-K slices after it), else the last one."""
-        return next((launch for launch in self.launches if launch.entry == self.name),
-                    self.launches[-1])
+        """The launch the step is about: the one marked `main: true`, else its function named
+        as the step (a pre-pass may come before it, a pass that sums split-K slices after it),
+        else the last one."""
+        return next((launch for launch in self.launches if launch.main),
+                    next((launch for launch in self.launches if launch.entry == self.name),
+                         self.launches[-1]))
 
     def helper_launches(self) -> list[tuple[str, Launch]]:
         """The other launches, each with the side of the main one it runs on ("prepass" or
@@ -502,15 +507,24 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         if local_bytes < 0:
             raise RunError(f"{name}: launch {launch_cfg.entry} asks for {local_bytes} bytes of "
                            "local memory")
-        launches.append(Launch(entry, args, local, groups, local_bytes))
+        launches.append(Launch(entry, args, local, groups, local_bytes,
+                               bool(launch_cfg.get("main", False))))
     if not launches:
         raise RunError(f"{name}: the spec lists no launches")
+    if sum(launch.main for launch in launches) > 1:
+        raise RunError(f"{name}: more than one launch says main: true")
     max_registers = kernel_cfg.get("max_registers")
     if max_registers is not None and not 16 <= max_registers <= 255:
         raise Refused(f"{name}: max_registers={max_registers} must be within 16..255")
     precision = kernel_cfg.get("precision", "fp32")
+    include_first = {backend: tuple(headers or ())
+                     for backend, headers in (kernel_cfg.get("include_first") or {}).items()}
+    unknown = sorted(set(include_first) - {"opencl", "cuda"})
+    if unknown:
+        raise Refused(f"{name}: include_first names {unknown[0]!r}, not a backend "
+                      "(write include_first: {opencl: [settings.h]})")
     return KernelPlan(name, operation, params, size, tuple(launches), scratch, flops, min_bytes,
                       max_registers, getattr(precision, "value", precision),
                       kernel_cfg.get("requires_compute_capability"),
                       bool(kernel_cfg.get("requires_exact_architecture", False)),
-                      extra_defines, frozenset(template_params))
+                      extra_defines, frozenset(template_params), include_first)

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from runner.config.paths import CONF_DIR, kernel_source_path
+from runner.config.paths import CONF_DIR, kernel_source_path, kernel_source_text
 from runner.config.schema import register_configs
 from runner.errors import RunError
 
@@ -96,7 +96,8 @@ def inspect_config(cfg):
     file_name = source_file_name(cfg.kernel, backend.name)
     _check_target(plan, backend)
     path = kernel_source_path(backend.name, file_name, cfg.kernel_dirs)
-    source, include_dirs = path.read_text(), (str(path.parent),)
+    source = kernel_source_text(path, plan.include_first.get(backend.name, ()))
+    include_dirs = (str(path.parent),)
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers, include_dirs)
     # every launch's arguments against the compiled signature, as a run checks them

@@ -15,9 +15,9 @@ from typing import Optional
 from runner import __version__
 from runner.backends.base import Backend
 from runner.backends.includes import local_includes
-from runner.config.paths import kernel_source_path
+from runner.config.paths import kernel_source_path, kernel_source_text
 from runner.config.spec import KernelPlan
-from runner.errors import RunError
+from runner.errors import Refused, RunError
 from runner.record import names
 from runner.record.store import holding_signals
 from runner.run.operations import check_tolerance
@@ -58,7 +58,11 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
         identity["defines"] = dict(plan.extra_defines)
     if plan.scalars:
         identity["scalars"] = plan.scalars
-    headers = local_includes(path.read_text(errors="replace"), path.parent)
+    try:
+        source = kernel_source_text(path, plan.include_first.get(backend.name, ()))
+    except Refused:
+        return None  # the run itself says why, when it compiles
+    headers = local_includes(source, path.parent)
     if headers:  # the files beside the source that it includes are part of what is measured
         identity["headers_sha256"] = {included.name: hashlib.sha256(included.read_bytes())
                                       .hexdigest() for included in headers}

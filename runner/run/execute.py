@@ -18,7 +18,7 @@ import numpy as np
 
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.backends.includes import local_includes
-from runner.config.paths import kernel_source_path
+from runner.config.paths import kernel_source_path, kernel_source_text
 from runner.config.spec import KernelPlan, ScalarArg, TensorMapArg, entry_label
 from runner.errors import ImpossibleResult, Refused, RunError, VerificationError
 from runner.record import names
@@ -194,7 +194,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
         raise Refused(f"{plan.name} passes TMA tensor maps ({plan.tensor_maps[0]}), which "
                       f"backend={backend.name} cannot make (CUDA only)")
     path = kernel_source_path(backend.name, file_name, kernel_dirs)
-    source = path.read_text()
+    source = kernel_source_text(path, plan.include_first.get(backend.name, ()))
     include_dirs = (str(path.parent),)  # files beside the source that it includes
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers, include_dirs)
