@@ -28,6 +28,7 @@ from runner.config.preflight import (
     check_kernel_dirs,
     check_shape,
     command_line_error,
+    kernel_sweep,
     refuse_missing_searchpath,
 )
 from runner.config.schema import register_configs
@@ -241,10 +242,9 @@ def per_job_kernel_values(argv: list[str]) -> list[str]:
     """In a sweep over kernels, `kernel.params.TSM=64` (or `kernel.defines.…`) is meant for each
     job's kernel: as a plain override Hydra applies it to the sweep's own config, whose kernel is
     the default one, and stops ("Key 'TSM' is not in struct"). As `choice(64)` it is a sweep
-    value of one, applied to each job's composed kernel."""
-    multirun = any(arg in ("-m", "--multirun") for arg in argv)
-    kernels_swept = any(arg.startswith("kernel=") and "," in arg for arg in argv)
-    if not (multirun and kernels_swept):
+    value of one, applied to each job's composed kernel. A key that some of the swept kernels
+    do not have was refused before (preflight.kernel_sweep_error, in command_line_error)."""
+    if kernel_sweep(argv) is None:  # `kernel=a,b`, `choice(…)`, `glob(…)` in a multirun
         return argv
     prefixes = ("kernel.params.", "kernel.defines.")
     return [f"{arg.split('=', 1)[0]}=choice({arg.split('=', 1)[1]})"

@@ -5,7 +5,9 @@ where a sweep counts it as refused) whose message names the value and what is al
   did-you-mean), or a `+key` that would be added and then ignored (`+sise=128`,
   `+timing.repaets=3`); `+` adds only a preset group (`+experiment=`, `+search=`,
   `+seed_row/<table>=`) or a flag (`+rerun=true`); and the folders of `kernel_dirs=[…]` and
-  GEMMLAB_KERNEL_PATH. Before Hydra composes anything, so a sweep says it once.
+  GEMMLAB_KERNEL_PATH; and (`kernel_sweep_error`) in a sweep over kernels, a tiling value
+  given once (`kernel.params.X=…`, `kernel.defines.X=…`) that some of the swept kernels do not
+  have. Before Hydra composes anything, so a sweep says it once.
 - `refuse_missing_searchpath()`: a `hydra.searchpath` folder that is not there, refused rather
   than Hydra's two-line UserWarning and a run that goes on without the user's configs.
 - `check_kernel_complete(cfg)`: a kernel YAML that leaves out a key every kernel needs, named
@@ -143,6 +145,125 @@ def command_line_error(argv: list[str]) -> Optional[str]:
         check_kernel_dirs()  # GEMMLAB_KERNEL_PATH's folders
     except RunError as error:
         return str(error)
+    return kernel_sweep_error(argv)
+
+
+def kernel_sweep(argv: list[str]):
+    """The override of a multirun (`-m`) that sweeps the kernel (`kernel=a,b`, `choice(…)`,
+    `glob(…)`), the last one given; None for a single run or a sweep of one kernel's values."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    if not any(arg in ("-m", "--multirun") for arg in argv):
+        return None
+    parser = OverridesParser.create()
+    found = None
+    for text in argv:
+        if not text.startswith("kernel="):
+            continue
+        try:
+            (override,) = parser.parse_overrides([text])
+        except Exception:  # Hydra says what is wrong with it
+            continue
+        if override.type == OverrideType.CHANGE and override.package is None:
+            found = override if override.is_sweep_override() else None
+    return found
+
+
+def _kernel_names(folders: Iterable[Path]) -> list[str]:
+    return sorted({path.stem for folder in folders if (folder / "kernel").is_dir()
+                   for path in (folder / "kernel").glob("*.yaml")})
+
+
+def swept_kernels(argv: list[str]) -> Optional[list[str]]:
+    """The kernels a multirun sweeps on the command line, in the sweep's order (a `glob(…)`
+    over the kernel YAMLs of conf/ and the `hydra.searchpath` folders); None when the kernel
+    is not swept."""
+    from hydra.core.override_parser.types import ChoiceSweep, Glob
+
+    override = kernel_sweep(argv)
+    if override is None:
+        return None
+    value = override.value()
+    if isinstance(value, ChoiceSweep):
+        names = [str(item) for item in value.list]
+    elif isinstance(value, Glob):
+        names = value.filter(_kernel_names([CONF_DIR, *_searchpath_folders(argv)]))
+    else:  # a range of kernels: Hydra says what is wrong with it
+        return None
+    return list(dict.fromkeys(names))
+
+
+def _kernel_section(name: str, section: str, folders: list[Path]) -> Optional[dict]:
+    """The `params:` (or `defines:`) of kernel `name`'s YAML, the one Hydra would compose
+    (conf/ first, then the `hydra.searchpath` folders); None where that cannot be told here (no
+    such YAML, one that does not parse, one that composes others with `defaults:`): the run's
+    own checks then say what is wrong."""
+    import yaml
+
+    sources = [{"schema": "file", "path": str(folder)} for folder in folders]
+    path = config_file("kernel", name, sources)
+    if path is None:
+        return None
+    try:
+        data = yaml.safe_load(path.read_text())
+    except Exception:
+        return None
+    if not isinstance(data, dict) or "defaults" in data:
+        return None
+    values = data.get(section) or {}
+    return values if isinstance(values, dict) else None
+
+
+def kernel_sweep_error(argv: list[str]) -> Optional[str]:
+    """In a sweep over kernels, a tiling value given once (`kernel.params.X=v`, or a sweep of
+    its own `kernel.params.X=a,b`; `kernel.defines.X=…` alike) is each job's: one line when some
+    of the swept kernels have no X in their YAML's `params` (`defines`), naming the kernels that
+    lack it and those that have it, before any job runs. None when every one has it, or when
+    a kernel's YAML cannot be read here (its own refusal comes later)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.core.override_parser.types import OverrideType
+
+    kernels = swept_kernels(argv)
+    if not kernels or len(kernels) < 2:
+        return None
+    folders = [CONF_DIR, *_searchpath_folders(argv)]
+    parser = OverridesParser.create()
+    kinds = {"params": ("parameter", "parameters"), "defines": ("define", "defines")}
+    for text in argv:
+        if not text.startswith(("kernel.params.", "kernel.defines.")):
+            continue
+        try:
+            (override,) = parser.parse_overrides([text])
+        except Exception:  # Hydra says what is wrong with it
+            continue
+        if override.type != OverrideType.CHANGE or override.package is not None:
+            continue
+        _, section, key = override.key_or_group.split(".", 2)
+        key = key.split(".")[0]
+        sections = {name: _kernel_section(name, section, folders) for name in kernels}
+        if any(values is None for values in sections.values()):
+            return None
+        having = [name for name in kernels if key in sections[name]]
+        lacking = [name for name in kernels if key not in sections[name]]
+        if not lacking:
+            continue
+        one, many = kinds[section]
+        listed = {name: ", ".join(map(str, values)) or "none" for name, values in sections.items()}
+        if len(lacking) == 1:
+            name = lacking[0]
+            without = f"{name} has no {key} (its {many}: {listed[name]})"
+        elif len(lacking) <= 3:
+            without = (f"{', '.join(lacking)} have no {key} (their {many}: "
+                       + "; ".join(f"{name}: {listed[name]}" for name in lacking) + ")")
+        else:  # a glob over many: their names are enough
+            without = f"{', '.join(lacking)} have no {key}"
+        if having:
+            return (f"{text}: kernel.{section}.{key} is a {one} of {', '.join(having)} only; "
+                    f"{without}: sweep them apart (-m kernel={','.join(having)} {text}, then "
+                    f"-m kernel={','.join(lacking)} without it), or leave {key} out")
+        return (f"{text}: none of the swept kernels has a {one} {key}; {without}: leave {key} "
+                f"out")
     return None
 
 
