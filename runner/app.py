@@ -16,6 +16,7 @@ run's `kernel.size_rule` tag.
 
 import logging
 import sys
+import time
 from typing import Optional
 
 import hydra
@@ -42,6 +43,7 @@ from runner.job.supervisor import run_job
 from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
 from runner.record.tracking import Recorder, comparable_params
+from runner.run.phases import RECORD_OPEN, metric
 from runner.sweep.callback import current_parent_run_id, in_sweep
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
@@ -111,6 +113,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
         supervisor.prestart()  # the worker's imports overlap MLflow's below
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()
+    opening = time.perf_counter()
     try:
         tiling = " ".join(f"{k}={v}" for k, v in cfg.kernel.params.items())
         recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
@@ -140,6 +143,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
         recorder.params(comparable_params(cfg))
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
+        recorder.metrics({metric(RECORD_OPEN): time.perf_counter() - opening})
         if size_rule:
             recorder.tags({names.SIZE_RULE: size_rule[:5000]})
             log.debug("size rule of %s: %s", cfg.kernel.name, size_rule)

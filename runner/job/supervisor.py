@@ -21,6 +21,7 @@ from typing import Any, Optional
 from runner.errors import RunError
 from runner.job.faults import sanitizer_hint
 from runner.job.sanitizers import sanitizer_finding, sanitizer_of
+from runner.run.phases import LIMIT_OF, WORKER, metric
 
 POLL_S = 0.2  # how often the supervisor looks at the clock while it waits for the worker
 START_TIMEOUT_S = 120.0  # a worker's imports; the first job waits for them in `setup`
@@ -151,6 +152,10 @@ def _limits(cfg) -> dict[str, float]:
 
 def _timed_out(phase: str, limit: float, cfg, size_label: str) -> str:
     name = cfg.kernel.name
+    if phase == "inspect":
+        return (f"{name}'s inspection (PTX and SASS for the record) did not finish within "
+                f"{limit:g} s (timing.compile_timeout_s; tracking.inspect=false skips it)")
+    phase = LIMIT_OF.get(phase, phase)
     if phase == "compile":
         return (f"{name} did not compile within {limit:g} s: the compiler did not return "
                 f"(timing.compile_timeout_s)")
@@ -231,15 +236,23 @@ class _Relay:
         self.limits = _limits(cfg)
         self.phase, self.key = "setup", None
         self.deadline = time.monotonic() + self.limits["setup"]
+        self.worker_phases_s = 0.0  # the worker's own account of its stages
+
+    def limit(self) -> float:
+        return self.limits[LIMIT_OF.get(self.phase, self.phase)]
 
     def handle(self, message: tuple) -> Optional[JobResult]:
         kind, name, key = message[0], self.cfg.kernel.name, self.key
         if kind == "phase":
             self.phase = message[1]
-            self.deadline = time.monotonic() + self.limits[self.phase]
+            self.deadline = time.monotonic() + self.limit()
         elif kind == "bar":
-            self.deadline = time.monotonic() + self.limits[self.phase]
+            self.deadline = time.monotonic() + self.limit()
             self.bars(message[1:])
+        elif kind == "phases":
+            self.worker_phases_s = sum(message[1].values())
+            self.recorder.metrics({metric(phase): seconds
+                                   for phase, seconds in message[1].items()})
         elif kind == "log":
             logging.getLogger(message[1]).log(message[2], message[3])
         elif kind == "record":
@@ -266,7 +279,13 @@ class _Relay:
 
     def timed_out(self) -> JobResult:
         return JobResult("timeout", key=self.key, reason=_timed_out(
-            self.phase, self.limits[self.phase], self.cfg, self.size_label))
+            self.phase, self.limit(), self.cfg, self.size_label))
+
+    def record_worker_time(self, wall_s: float) -> None:
+        """The job's wall in the worker less the stages it timed: the messages, the pickled
+        config, a worker's start and imports (the first job of a process)."""
+        if self.worker_phases_s:
+            self.recorder.metrics({metric(WORKER): max(0.0, wall_s - self.worker_phases_s)})
 
 
 def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
@@ -278,6 +297,7 @@ def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
             f"{cfg.kernel.name} crashed at {size_label} in its {relay.phase} stage: "
             f"{worker.death()}; {sanitizer_hint(cfg.backend.name)}"))
 
+    started = time.perf_counter()
     worker.conn.send(("job", cfg))
     while True:
         if not worker.conn.poll(POLL_S):
@@ -292,6 +312,7 @@ def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
             return crashed()
         result = relay.handle(message)
         if result is not None:
+            relay.record_worker_time(time.perf_counter() - started)
             return result
 
 

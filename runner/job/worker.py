@@ -5,7 +5,8 @@ Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervi
 
     supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("exit",)
     worker -> supervisor   ("phase", name)  ("bar", ...)  ("record", method, args)
-                           ("key", measurement key)  then one of: ("done", outcome),
+                           ("key", measurement key)  ("phases", {phase: seconds}) before
+                           the last, which is one of: ("done", outcome),
                            ("cached",), ("refused", reason), ("failed", reason),
                            ("impossible", reason),
                            ("fault", what), ("crash", traceback)
@@ -94,12 +95,24 @@ def run_job(conn: Connection, cfg) -> bool:
     from runner.record import names
     from runner.record.resume import measurement_key
     from runner.run.execute import execute
+    from runner.run.phases import PhaseClock
     from runner.terminal import progress as progress_bars
 
-    send = conn.send
-    progress_bars.forward_to(send)
+    clock = PhaseClock()
+
+    def enter(phase: str) -> None:
+        clock.enter(phase)
+        conn.send(("phase", phase))
+
+    def send(message: tuple) -> None:
+        if message[0] in ("done", "cached", "refused", "impossible", "failed", "fault", "crash"):
+            clock.stop()  # the job's last message: the time of each stage goes first
+            conn.send(("phases", clock.seconds))
+        conn.send(message)
+
+    progress_bars.forward_to(conn.send)
     try:
-        send(("phase", "setup"))
+        enter("setup")
         send(("record", "tags", ({names.WORKER_PID: str(os.getpid())},)))
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
         if cfg.check.get("sanitizer") and cfg.backend.name == "cuda":
@@ -120,8 +133,7 @@ def run_job(conn: Connection, cfg) -> bool:
         if conn.recv() == "reuse":
             send(("cached",))
             return True
-        outcome = execute(cfg, backend, plan, ForwardingRecorder(send),
-                          on_phase=lambda phase: send(("phase", phase)))
+        outcome = execute(cfg, backend, plan, ForwardingRecorder(send), on_phase=enter)
         send(("done", outcome))
         return True
     except Refused as error:

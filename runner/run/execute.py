@@ -54,8 +54,6 @@ SKIPPED_WORK_RATIO = 3.0
 # CPU's caches cold after the fill) measured 7x its warm samples at 16^3 on PoCL, 0.013 ms.
 SKIPPED_WORK_FLOOR_MS = 0.1
 
-# The stages of a run, in order, as `execute` announces them.
-PHASES = ("setup", "compile", "check", "time", "vendor")
 
 
 @dataclass
@@ -401,8 +399,8 @@ def _no_phase(phase: str) -> None:
 
 def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             on_phase: Callable[[str], None] = _no_phase) -> RunOutcome:
-    """The run. `on_phase` hears each stage as it starts (PHASES): the job's supervisor gives
-    each its own time limit."""
+    """The run. `on_phase` hears each stage as it starts (runner/run/phases.py, PHASES): the
+    worker times each, the job's supervisor gives each its time limit."""
     device = backend.device_info()
     recorder.tags({
         names.DEVICE_NAME: device.name, names.DEVICE_VENDOR: device.vendor,
@@ -421,6 +419,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         buffer_floats["C0"] = problem_floats["C"]
     if plan.operation.value != "sgemm":
         buffer_floats["baseline copy"] = problem_floats["src"]
+    on_phase("inputs")
     check_memory(plan, device, buffer_floats)
     check_host_memory(plan, problem_floats)
     problem = make_problem(plan.operation, plan.size, cfg.seed, plan.blas_beta != 0.0)
@@ -434,6 +433,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         recorder.text(text, f"source/{header}")
     recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
     if cfg.tracking.inspect:
+        on_phase("inspect")
         for name, text in inspect_once(backend, prepared, plan).items():
             recorder.text(text, f"inspect/{name}")
     resources = dict(prepared.program.resources)
@@ -514,6 +514,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         recorder.metrics(metrics)
         recorder.tags(host_state.tags())
     judge_against_ceiling(recorder, metrics, plan, device, gpu, cfg.timing.flush_l2)
+    on_phase("recheck")
     metrics[names.TIME_MS_CHECKED] = check_timed_launches(
         backend, prepared, problem, check_cfg, cfg.seed, samples,
         backend.flush_cache if cfg.timing.flush_l2 else None)

@@ -398,7 +398,50 @@ def bookkeeping_of(summary: "SweepSummary", wall_s: float) -> dict:
                    if _status(run) == "ok")
         counts["wall_s"] = wall_s
         counts["overhead_s_per_job"] = (wall_s - work) / summary.finished
+        for phase, seconds in phase_totals(summary.runs, wall_s).items():
+            counts[f"phase_s.{phase}"] = seconds
     return counts
+
+
+def phase_totals(runs, wall_s: float) -> dict[str, float]:
+    """Seconds the sweep's jobs spent in each stage (runner/run/phases.py), largest first, and
+    `between_jobs`: the wall time no job accounts for (Hydra composing each job, MLflow writing
+    each record at its end, the sweep's own bookkeeping)."""
+    from runner.run.phases import PHASES, RECORD_OPEN, WORKER, metric
+
+    totals = {phase: sum(run.data.metrics.get(metric(phase), 0.0) for run in runs)
+              for phase in (RECORD_OPEN, *PHASES, WORKER)}
+    totals = {phase: seconds for phase, seconds in totals.items() if seconds > 0}
+    totals = dict(sorted(totals.items(), key=lambda item: -item[1]))
+    if totals:
+        totals["between_jobs"] = max(0.0, wall_s - sum(totals.values()))
+    return totals
+
+
+def phases_table(bookkeeping: dict) -> str:
+    """The stages' seconds as a Markdown table (the parent's phases.md): total, per job and
+    share of the sweep's wall time."""
+    jobs, wall = bookkeeping.get("jobs") or 0, bookkeeping.get("wall_s") or 0.0
+    rows = [(key[len("phase_s."):], value) for key, value in bookkeeping.items()
+            if key.startswith("phase_s.")]
+    if not jobs or not rows or not wall:
+        return ""
+    lines = [f"# Where the time went: {jobs} jobs in {wall:.1f} s", "",
+             "| stage | seconds | per job | share of the wall |", "| --- | ---: | ---: | ---: |"]
+    lines += [f"| {phase.replace('_', ' ')} | {seconds:.2f} | {seconds / jobs:.3f} | "
+              f"{100 * seconds / wall:.1f}% |" for phase, seconds in rows]
+    return "\n".join(lines) + "\n"
+
+
+def phases_line(bookkeeping: dict) -> str:
+    """`where the time went, s per job: vendor 0.82 · compile 0.45 · …` from the bookkeeping."""
+    jobs = bookkeeping.get("jobs") or 0
+    phases = {key[len("phase_s."):]: value for key, value in bookkeeping.items()
+              if key.startswith("phase_s.")}
+    if not jobs or not phases:
+        return ""
+    return "where the time went, s per job: " + " · ".join(
+        f"{phase.replace('_', ' ')} {seconds / jobs:.2f}" for phase, seconds in phases.items())
 
 
 def _tag_value(value) -> str:
@@ -563,7 +606,8 @@ class _ProgressMonitor:
 
 
 def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_name: str,
-                        parent_run_id: str, uri: str, overhead: Optional[float] = None) -> None:
+                        parent_run_id: str, uri: str, overhead: Optional[float] = None,
+                        phases: str = "") -> None:
     from rich.table import Table
 
     from runner.terminal.summary import console, log_console
@@ -588,6 +632,8 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
     console.print(escape(summary.counts_line(expected)) + (
         f"; {overhead:.2f} s per job beyond the kernels' own work"
         if overhead is not None and summary.ended is None else ""))
+    if phases and summary.ended is None:
+        console.print(f"  {escape(phases)}")
     for reason, count in summary.reasons.most_common(10):
         console.print(f"  {count} × {escape(reason)}")
     if len(summary.reasons) > 10:
@@ -779,7 +825,7 @@ class SweepRecorder(Callback):
         finally:
             self._client.set_terminated(parent, status)
         print_sweep_summary(summary, self._expected, self._name, parent, self._uri,
-                            metrics.get("overhead_s_per_job"))
+                            metrics.get("overhead_s_per_job"), phases_line(metrics))
 
     def _forget(self, parent: str) -> None:
         """Delete the parent run for good (a soft delete would still list it under Deleted)."""
@@ -827,6 +873,9 @@ class SweepRecorder(Callback):
         lines = [f"# {self._name}", "", summary.counts_line(self._expected), ""]
         lines += [f"- {count} × {reason}" for reason, count in summary.reasons.most_common()]
         client.log_text(parent, "\n".join(lines) + "\n", "failures.md")
+        table = phases_table(bookkeeping)
+        if table:
+            client.log_text(parent, table, "phases.md")
         return bookkeeping
 
     def _log_series(self, parent: str, summary: SweepSummary) -> None:
