@@ -1,7 +1,9 @@
 """Shared fixtures: composing configs as the CLI does, the CPU's OpenCL device, GPU markers."""
 
 import itertools
+import os
 import re
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,9 @@ from runner.config.schema import register_configs
 # OpenCL backend does (the ICD loader reads its vendors once per process).
 driver_env.prepare()
 register_configs()
+# NVRTC's outputs cached on disk (runner/backends/nvrtc.py): the tests' own, never the user's,
+# so a test's compile is a compile; CLI runs the tests start inherit it.
+os.environ.setdefault("GEMMLAB_COMPILE_CACHE", tempfile.mkdtemp(prefix="gemmlab-test-nvrtc-"))
 
 def _step_order(name: str) -> tuple:
     family, _, number = name.rpartition("_")

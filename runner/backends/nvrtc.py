@@ -4,8 +4,12 @@ Works without a GPU (CuPy's low-level NVRTC binding plus the NVRTC wheel), so so
 compiled and their registers and spills checked on any machine.
 """
 
+import base64
 import contextlib
 import functools
+import hashlib
+import json
+import os
 import re
 import resource
 from dataclasses import dataclass, field
@@ -130,10 +134,89 @@ def ptx_signatures(ptx: str) -> dict[str, tuple[str, ...]]:
 
 
 @functools.lru_cache(maxsize=128)
-def _compile_once(source: str, source_name: str, defines: tuple, compute_capability: int,
-                  max_registers: Optional[int], include_dirs: tuple = (),
-                  headers: tuple = (), name_expressions: tuple = (), stand_ins: tuple = (),
-                  yielded: tuple = (), notes: tuple = ()) -> NvrtcOutput:
+def _compile_once(*request) -> NvrtcOutput:
+    """NVRTC's output for a request (`_nvrtc_compile`'s arguments), from the compile cache on
+    disk where an earlier process (a sweep's compile pool, runner/sweep/precompile.py, or an
+    earlier run) made it, else compiled now and kept there."""
+    path = _cache_path(request)
+    cached = _cache_read(path) if path is not None else None
+    if cached is not None:
+        return cached
+    output = _nvrtc_compile(*request)
+    if path is not None:
+        _cache_write(path, output)
+    return output
+
+
+CACHE_ENV = "GEMMLAB_COMPILE_CACHE"  # a folder, or 0 / off for none
+_CACHE_FORMAT = 1
+
+
+def cache_folder() -> Optional[Path]:
+    """Where NVRTC's outputs are kept between processes: $GEMMLAB_COMPILE_CACHE, else
+    $XDG_CACHE_HOME/gemmlab/nvrtc (~/.cache/gemmlab/nvrtc); None when it is set to 0 or off."""
+    configured = os.environ.get(CACHE_ENV, "")
+    if configured.lower() in ("0", "off", "false", "no"):
+        return None
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gemmlab" / "nvrtc"
+
+
+@functools.lru_cache(maxsize=1)
+def _compiler_identity() -> str:
+    """What an output depends on besides the request: NVRTC's version and gemmlab's own
+    compile code (the options, the prelude, the stand-ins are written in these files)."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    from runner.backends import includes
+
+    code = hashlib.sha256()
+    for module_file in (__file__, includes.__file__):
+        code.update(Path(module_file).read_bytes())
+    return f"{_CACHE_FORMAT}:{nvrtc.getVersion()}:{code.hexdigest()}"
+
+
+def _cache_path(request: tuple) -> Optional[Path]:
+    folder = cache_folder()
+    if folder is None:
+        return None
+    try:
+        identity = _compiler_identity()
+    except Exception:  # no NVRTC to ask: the compile itself says so
+        return None
+    digest = hashlib.sha256(repr((identity, request)).encode()).hexdigest()
+    return folder / digest[:2] / f"{digest}.json"
+
+
+def _cache_read(path: Path) -> Optional[NvrtcOutput]:
+    try:
+        data = json.loads(path.read_text())
+        return NvrtcOutput(base64.b64decode(data["cubin"]), data["log"], list(data["options"]),
+                           data["ptx"], dict(data["lowered"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # not there, or not whole: compiled again
+
+
+def _cache_write(path: Path, output: NvrtcOutput) -> None:
+    """Whole or not at all (a reader in another process meanwhile sees the old state);
+    a cache that cannot be written is no error: the next process compiles again."""
+    data = {"cubin": base64.b64encode(output.cubin).decode(), "log": output.log,
+            "options": list(output.options), "ptx": output.ptx, "lowered": dict(output.lowered)}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(json.dumps(data))
+        os.replace(partial, path)
+    except OSError:
+        pass
+
+
+def _nvrtc_compile(source: str, source_name: str, defines: tuple, compute_capability: int,
+                   max_registers: Optional[int], include_dirs: tuple = (),
+                   headers: tuple = (), name_expressions: tuple = (), stand_ins: tuple = (),
+                   yielded: tuple = (), notes: tuple = ()) -> NvrtcOutput:
     from cupy_backends.cuda.libs import nvrtc
 
     options = [f"-D{name}={int(value)}" for name, value in defines]

@@ -1,0 +1,58 @@
+"""gemmlab's Hydra launcher: Hydra's basic launcher (one job after another, in this process),
+with the batch's CUDA programs compiled ahead of their jobs (runner/sweep/precompile.py).
+
+Hydra finds launchers only in the `hydra_plugins` namespace package; conf/config.yaml selects
+this one (`override hydra/launcher: gemmlab`). Each job's config is composed once, before the
+batch starts, and run as the basic launcher runs it.
+"""
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List, Sequence
+
+from hydra._internal.core_plugins.basic_launcher import BasicLauncher
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from omegaconf import open_dict
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class GemmlabLauncherConf:
+    _target_: str = "hydra_plugins.gemmlab_launcher.gemmlab_launcher.GemmlabLauncher"
+
+
+ConfigStore.instance().store(group="hydra/launcher", name="gemmlab", node=GemmlabLauncherConf,
+                             provider="gemmlab")
+
+
+class GemmlabLauncher(BasicLauncher):
+    def launch(self, job_overrides: Sequence[Sequence[str]],
+               initial_job_idx: int) -> Sequence[JobReturn]:
+        from runner.sweep.precompile import Precompiler, request_of
+
+        setup_globals()
+        assert self.hydra_context is not None and self.config is not None
+        assert self.task_function is not None
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        log.info(f"Launching {len(job_overrides)} jobs locally")
+        configs = [self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                   for overrides in job_overrides]
+        runs: List[JobReturn] = []
+        with Precompiler([request_of(config, overrides)
+                          for config, overrides in zip(configs, job_overrides)]):
+            for index, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
+                index += initial_job_idx
+                log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
+                with open_dict(sweep_config):
+                    sweep_config.hydra.job.id = index
+                    sweep_config.hydra.job.num = index
+                runs.append(run_job(hydra_context=self.hydra_context,
+                                    task_function=self.task_function, config=sweep_config,
+                                    job_dir_key="hydra.sweep.dir",
+                                    job_subdir_key="hydra.sweep.subdir"))
+                configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        return runs

@@ -1,0 +1,135 @@
+"""A sweep's CUDA programs compiled ahead of its jobs, in a pool of processes beside them.
+
+NVRTC takes 0.3-1.8 s a program (matmul_9's unrolled tiles the most), which a sweep's jobs
+paid one after another. Hydra hands a launcher each batch of jobs whole (a grid sweep: all of
+them; an Optuna search: `hydra.sweeper.n_jobs` trials), so gemmlab's launcher
+(hydra_plugins/gemmlab_launcher) composes the batch's configs, and while the first job runs,
+this pool compiles the programs of the others into the compile cache on disk
+(runner/backends/nvrtc.py): a job then finds its program there. Nothing else changes: the job
+still compiles through the same call (a cache miss, a compile that failed in the pool, a pool
+that was not started, all compile in the job as before, under its time limit), so every check
+and every record stays as it was. The pool is stopped when the batch ends.
+"""
+
+import copy
+import logging
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Optional, Sequence
+
+log = logging.getLogger("runner")
+
+MAX_WORKERS = 8  # NVRTC is single-threaded; more processes than this gained nothing measurable
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    """What a job's compile call gets (runner/run/execute.py, prepare; CUDABackend.compile)."""
+    source: str
+    source_name: str
+    defines: tuple  # (name, value) in the plan's order
+    max_registers: Optional[int]
+    include_dirs: tuple
+    entries: tuple
+    device: int
+
+
+def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
+    """The compile a CUDA job will ask for, as its run derives it (size rules, plan, source
+    with include_first); None for another backend or a job its own run will refuse."""
+    from runner.config.paths import kernel_source_path, kernel_source_text, source_file_name
+    from runner.config.size_rules import apply_size_rules, pinned_params
+    from runner.config.spec import ProblemSize, plan_kernel
+
+    try:
+        if cfg.backend.name != "cuda":
+            return None
+        cfg = copy.deepcopy(cfg)  # the job's own config stays as composed: its run applies them
+        apply_size_rules(cfg, pinned_params(list(overrides)))
+        plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
+        file_name = source_file_name(cfg.kernel, "cuda")
+        path = kernel_source_path("cuda", file_name, cfg.kernel_dirs)
+        source = kernel_source_text(path, plan.include_first.get("cuda", ()))
+        device = cfg.backend.get("device")
+        return CompileRequest(source, file_name, tuple(plan.defines.items()), plan.max_registers,
+                              (str(path.parent),), tuple(plan.entries),
+                              int(device) if device is not None else 0)
+    except Exception:  # the job's own run says what is wrong, in its record
+        return None
+
+
+def _compile(request: CompileRequest) -> None:
+    """In a pool process: the job's compile call, whose output lands in the compile cache."""
+    from runner.backends.nvrtc import compile_cuda
+
+    compile_cuda(request.source, request.source_name, dict(request.defines),
+                 _compute_capability(request.device), request.max_registers,
+                 request.include_dirs, name_expressions=request.entries)
+
+
+_capabilities: dict = {}
+
+
+def _compute_capability(device: int) -> int:
+    if device not in _capabilities:
+        import cupy
+
+        properties = cupy.cuda.runtime.getDeviceProperties(device)
+        _capabilities[device] = int(properties["major"]) * 10 + int(properties["minor"])
+    return _capabilities[device]
+
+
+def _nvidia_gpus() -> int:
+    """GPUs NVML sees, without starting CUDA in the sweep's own process; 0 without NVML."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return pynvml.nvmlDeviceGetCount()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return 0
+
+
+class Precompiler:
+    """The pool for one batch: `Precompiler(requests)` starts compiling every request but the
+    first (the first job compiles its own, at once), each program once; `close()` stops it."""
+
+    def __init__(self, requests: Sequence[Optional[CompileRequest]]):
+        from runner.backends.nvrtc import cache_folder
+
+        self._pool = None
+        wanted = list(dict.fromkeys(request for request in requests[1:] if request is not None))
+        if requests and requests[0] is not None and requests[0] in wanted:
+            wanted.remove(requests[0])
+        if not wanted or cache_folder() is None or _nvidia_gpus() == 0:
+            return
+        workers = min(MAX_WORKERS, len(wanted), max(1, (os.cpu_count() or 2) - 2))
+        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+        for request in wanted:
+            self._pool.submit(_compile, request)
+        log.debug("compiling %d programs ahead of their jobs in %d processes", len(wanted),
+                  workers)
+
+    def close(self) -> None:
+        """Stop: what was not compiled yet is compiled by its job, if it runs at all."""
+        if self._pool is None:
+            return
+        processes = list(getattr(self._pool, "_processes", {}).values())
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:  # a compile in flight: its job is over or never comes
+            if process.is_alive():
+                process.terminate()
+        for process in processes:
+            process.join(timeout=5)
+        self._pool = None
+
+    def __enter__(self) -> "Precompiler":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

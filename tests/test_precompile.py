@@ -1,0 +1,87 @@
+"""The compile pool of a sweep (runner/sweep/precompile.py) and the compile cache on disk
+(runner/backends/nvrtc.py): a program compiled ahead by the pool is the very program the job's
+own compile asks for, and a cache entry that is not whole is compiled again. No GPU needed:
+NVRTC compiles for sm_90 here; the pool itself starts only where NVML sees a GPU."""
+
+import pytest
+from conftest import compose_config
+
+nvrtc_module = pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+
+from runner.backends import nvrtc  # noqa: E402
+from runner.config.spec import ProblemSize, plan_kernel  # noqa: E402
+from runner.run.execute import prepare  # noqa: E402
+from runner.run.operations import make_problem  # noqa: E402
+from runner.sweep import precompile  # noqa: E402
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path / "cache"))
+    nvrtc._compile_once.cache_clear()
+    yield tmp_path / "cache"
+    nvrtc._compile_once.cache_clear()
+
+
+def entries(folder):
+    return sorted(folder.glob("*/*.json"))
+
+
+@pytest.mark.parametrize("overrides", [
+    ("kernel=matmul_9", "size=4096"),  # a size rule sets its tiles
+    ("kernel=matmul_9", "size=1024", "kernel.params.BK=16"),
+    ("kernel=matmul_4", "m=100", "n=200", "k=300"),
+])
+def test_the_pool_compiles_what_the_job_asks_for(cache, monkeypatch, overrides):
+    cfg = compose_config("backend=cuda", *overrides)
+    request = precompile.request_of(cfg, list(overrides))
+    assert request is not None
+    monkeypatch.setitem(precompile._capabilities, 0, 90)
+    precompile._compile(request)  # what a pool process does
+    assert len(entries(cache)) == 1
+    nvrtc._compile_once.cache_clear()  # the job is another process: only the disk is shared
+
+    from runner.backends.cuda import CUDABackend
+    from runner.config.size_rules import apply_size_rules, pinned_params
+
+    backend = CUDABackend(compile_only_cc=90, require_gpu=False)
+    apply_size_rules(cfg, pinned_params(list(overrides)))  # as the job's run does
+    plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
+    called = []
+    monkeypatch.setattr(nvrtc, "_nvrtc_compile", lambda *a: called.append(a))
+    prepared = prepare(backend, cfg.kernel.sources, plan, make_problem(plan.operation,
+                                                                      ProblemSize(1, 1, 1), 0))
+    assert called == [], "the job compiled again: its request differs from the pool's"
+    assert prepared.program.resources[plan.main_launch.entry].registers
+    assert len(entries(cache)) == 1
+
+
+def test_the_composed_config_is_left_as_the_job_gets_it():
+    cfg = compose_config("backend=cuda", "kernel=matmul_9", "size=4096")
+    before = dict(cfg.kernel.params)
+    precompile.request_of(cfg, ["kernel=matmul_9", "size=4096"])
+    assert dict(cfg.kernel.params) == before  # the job's run applies its size rule itself
+
+
+def test_no_request_for_another_backend_or_a_refused_job():
+    assert precompile.request_of(compose_config("kernel=matmul_4"), []) is None  # OpenCL
+    refused = compose_config("backend=cuda", "kernel=matmul_4", "kernel.params.TS=7")
+    assert precompile.request_of(refused, ["kernel.params.TS=7"]) is None
+
+
+def test_a_cache_entry_that_is_not_whole_is_compiled_again(cache):
+    source = 'extern "C" __global__ void k(int* x) { x[0] = 1; }\n'
+    first = nvrtc.compile_cuda(source, "k.cu", {}, 90)
+    (entry,) = entries(cache)
+    entry.write_text(entry.read_text()[:100])  # cut short, as by a full disk
+    nvrtc._compile_once.cache_clear()
+    again = nvrtc.compile_cuda(source, "k.cu", {}, 90)
+    assert again.cubin == first.cubin and again.options == first.options
+    assert nvrtc._cache_read(entry) is not None  # written whole again
+
+
+def test_the_cache_can_be_turned_off(cache, monkeypatch):
+    monkeypatch.setenv(nvrtc.CACHE_ENV, "off")
+    nvrtc.compile_cuda('extern "C" __global__ void k2(int* x) { }\n', "k2.cu", {}, 90)
+    assert not cache.exists()
+    assert precompile.Precompiler([None, None])._pool is None
