@@ -3,7 +3,9 @@ with the batch's CUDA programs compiled ahead of their jobs (runner/sweep/precom
 
 Hydra finds launchers only in the `hydra_plugins` namespace package; conf/config.yaml selects
 this one (`override hydra/launcher: gemmlab`). Each job's config is composed once, before the
-batch starts, and run as the basic launcher runs it.
+batch starts, and run as the basic launcher runs it: Hydra's basic sweeper composes every job's
+config to validate the batch before launching it, and the launcher takes those (a grid sweep
+composed each job twice, 0.1-0.2 s a time).
 """
 
 import logging
@@ -28,7 +30,34 @@ ConfigStore.instance().store(group="hydra/launcher", name="gemmlab", node=Gemmla
                              provider="gemmlab")
 
 
+class _ComposedOnce:
+    """The config loader's `load_sweep_config`, keeping each result until it is asked for
+    again with the same overrides (the sweeper's validation, then the launcher): that second
+    call takes it, so each config object goes to one job."""
+
+    def __init__(self, load):
+        self._load = load
+        self._kept: dict = {}
+
+    def __call__(self, master_config, sweep_overrides):
+        key = (id(master_config), tuple(sweep_overrides))
+        if key in self._kept:
+            return self._kept.pop(key)
+        config = self._load(master_config, sweep_overrides)
+        self._kept[key] = config
+        return config
+
+    def forget(self) -> None:
+        self._kept.clear()
+
+
 class GemmlabLauncher(BasicLauncher):
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        loader = hydra_context.config_loader
+        if not isinstance(loader.load_sweep_config, _ComposedOnce):
+            loader.load_sweep_config = _ComposedOnce(loader.load_sweep_config)
+
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
         from runner.sweep.precompile import Precompiler, request_of
@@ -55,4 +84,7 @@ class GemmlabLauncher(BasicLauncher):
                                     job_dir_key="hydra.sweep.dir",
                                     job_subdir_key="hydra.sweep.subdir"))
                 configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        loader = self.hydra_context.config_loader.load_sweep_config
+        if isinstance(loader, _ComposedOnce):
+            loader.forget()  # configs composed for this batch and not launched: not needed again
         return runs
