@@ -7,6 +7,8 @@ still recorded with what it had.
 
 import dataclasses
 import logging
+import threading
+from concurrent.futures import Future, TimeoutError as FutureTimeout
 from contextlib import nullcontext
 import time
 import weakref
@@ -36,6 +38,7 @@ from runner.run.operations import (
     CheckResult,
     Problem,
     check_result,
+    clear_caches,
     effective_check,
     make_problem,
     operation_floats,
@@ -53,6 +56,9 @@ SKIPPED_WORK_RATIO = 3.0
 # ... and by at least this much: a launch of a few microseconds into freshly poisoned buffers (a
 # CPU's caches cold after the fill) measured 7x its warm samples at 16^3 on PoCL, 0.013 ms.
 SKIPPED_WORK_FLOOR_MS = 0.1
+# A run that fails while its inspection (made beside the check) is still running waits this long
+# for it, so that a failed run keeps its PTX and SASS as before, then fails without it.
+INSPECT_GRACE_ON_FAILURE_S = 5.0
 
 
 
@@ -180,11 +186,81 @@ def inspect_once(backend: Backend, prepared: "PreparedRun", plan: KernelPlan) ->
     return inspections[key]
 
 
+class BackgroundInspection:
+    """`inspect_once` in a thread of its own, started as soon as the program is compiled, so
+    that PTX, SASS (an nvdisasm process) and their parsing go on beside the uploads and the
+    check instead of before them. `record` waits for it and records its files; it must be
+    called before any timed launch: the inspection's Python holds the GIL, and a timed launch
+    whose thread waits for it (5 ms, Python's switch interval) would be timed with that gap."""
+
+    def __init__(self, backend: Backend, prepared: "PreparedRun", plan: KernelPlan):
+        self.plan = plan
+        self.future: Future = Future()
+        self.recorded = False
+        self.thread = threading.Thread(target=self._inspect, args=(backend, prepared, plan),
+                                       name=f"inspect {plan.name}", daemon=True)
+        self.thread.start()
+
+    def _inspect(self, backend: Backend, prepared: "PreparedRun", plan: KernelPlan) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            self.future.set_result(inspect_once(backend, prepared, plan))
+        except BaseException as error:  # kept for `files`, never lost in the thread
+            self.future.set_exception(error)
+
+    def done(self) -> bool:
+        return self.future.done()
+
+    def files(self, timeout: Optional[float] = None) -> dict[str, str]:
+        """The inspection's files; what went wrong in the thread, as its summary (an
+        inspection never fails a run). FutureTimeout if it takes longer than `timeout`."""
+        try:
+            return self.future.result(timeout)
+        except FutureTimeout:
+            raise
+        except Exception as error:
+            log.warning("%s: the inspection failed: %s: %s", self.plan.name,
+                        type(error).__name__, error)
+            return {"summary.md": f"# {self.plan.name}: no inspection\n\n"
+                                  f"{type(error).__name__}: {error}\n"}
+
+    def record(self, recorder, timeout: Optional[float] = None) -> None:
+        """Wait for the files (FutureTimeout after `timeout`) and record them, once."""
+        files = self.files(timeout)
+        if not self.recorded:
+            self.recorded = True
+            for name, text in files.items():
+                recorder.text(text, f"inspect/{name}")
+
+    def record_after_failure(self, recorder, on_phase: Callable[[str], None],
+                             grace_s: Optional[float] = None) -> None:
+        """The run failed: record the files if they come within `grace_s`
+        (INSPECT_GRACE_ON_FAILURE_S), else drop them (said in the log). Never raises: the
+        run's own error is what the job reports."""
+        if self.recorded:
+            return
+        grace_s = INSPECT_GRACE_ON_FAILURE_S if grace_s is None else grace_s
+        try:
+            if not self.done():
+                on_phase("inspect")  # the time the failed run waits for it
+            self.record(recorder, grace_s)
+        except FutureTimeout:
+            self.future.cancel()
+            log.warning("%s: the run failed while its inspection was still running; not "
+                        "waiting longer than %g s for it, not recorded", self.plan.name, grace_s)
+        except Exception as error:  # recording it failed too: the run's error goes first
+            log.warning("%s: the inspection of a failed run was not recorded: %s: %s",
+                        self.plan.name, type(error).__name__, error)
+
+
 def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
-            kernel_dirs: Sequence[str] = (), guards: bool = True) -> PreparedRun:
+            kernel_dirs: Sequence[str] = (), guards: bool = True,
+            on_program: Optional[Callable[[PreparedRun], None]] = None) -> PreparedRun:
     """Compile the plan's source (from the user's `kernel_dirs` first, then the packaged
     kernels) with its defines, upload the inputs, allocate the rest, each buffer between guard
-    zones unless `guards` is false (runner/run/guards.py)."""
+    zones unless `guards` is false (runner/run/guards.py). `on_program` hears the compiled
+    program (a PreparedRun with no buffers yet) before anything is uploaded."""
     file_name = sources_cfg.get(backend.name)
     if file_name is None:
         raise Refused(f"{plan.name} has no {backend.name} source")
@@ -200,9 +276,12 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
     artifact = source_with_defines(source, program.options, plan.defines)
     headers = {included.name: included.read_text(errors="replace")
                for included in local_includes(source, path.parent)}
-    if program.kernels and all(kernel is None for kernel in program.kernels.values()):
-        return PreparedRun(file_name, artifact, program, {}, lambda: [], source,  # compile-only
+    compiled = PreparedRun(file_name, artifact, program, {}, lambda: [], source,
                            include_dirs=include_dirs, headers=headers)
+    if on_program is not None:
+        on_program(compiled)
+    if program.kernels and all(kernel is None for kernel in program.kernels.values()):
+        return compiled  # compile-only
     out_rows, out_cols = problem.output_shape
     guarded = {name: guarded_upload(backend, array, array.shape[-1], guards)
                for name, array in problem.inputs.items()}
@@ -300,13 +379,41 @@ def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, ch
     if before is not None:
         before()
     launch_ms = backend.time_ms(prepared.enqueue)
+    output = prepared.guarded.get(problem.output_name)
+    downloaded = _Downloaded(backend, output)
     for name, guarded in prepared.guarded.items():
-        wrong = violation(backend, name, guarded)
+        wrong = violation(downloaded if guarded is output else backend, name, guarded)
         if wrong:
             raise VerificationError(f"{prepared.kernel_name} {wrong} at {prepared.size_label}")
-    result = backend.download(prepared.buffers[problem.output_name], problem.output_shape)
+    result = downloaded.inner(problem.output_shape)
+    if result is None:
+        result = backend.download(prepared.buffers[problem.output_name], problem.output_shape)
     checked = check_result(problem.operation, problem, result, check_cfg, seed, *prepared.blas)
     return dataclasses.replace(checked, launch_ms=launch_ms)
+
+
+class _Downloaded:
+    """The output's whole allocation (guards and buffer) downloaded once for its guard check
+    (`violation` reads it through this, as it would through the backend), and the buffer
+    between the guards then taken from that copy as a view: one device-to-host copy of the
+    output per checked launch instead of two, the same bits."""
+
+    def __init__(self, backend: Backend, output):
+        self.backend, self.output, self.whole = backend, output, None
+
+    def download(self, buffer, shape: tuple[int, ...]) -> np.ndarray:
+        host = self.backend.download(buffer, shape)
+        if self.output is not None and buffer is self.output.whole:
+            self.whole = host
+        return host
+
+    def inner(self, shape: tuple[int, ...]) -> Optional[np.ndarray]:
+        """The output as `backend.download(inner, shape)` gives it, or None if not downloaded."""
+        output, whole = self.output, self.whole
+        count = int(np.prod(shape))
+        if whole is None or whole.size != 2 * output.guard + output.count or count > output.count:
+            return None
+        return whole.reshape(-1)[output.guard:output.guard + count].view(np.float32).reshape(shape)
 
 
 def check_timed_launches(backend: Backend, prepared: PreparedRun, problem: Problem, check_cfg,
@@ -421,42 +528,63 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         buffer_floats["baseline copy"] = problem_floats["src"]
     on_phase("inputs")
     check_memory(plan, device, buffer_floats)
-    check_host_memory(plan, problem_floats)
+    try:
+        check_host_memory(plan, problem_floats)
+    except Refused:  # refused only if it is short even without earlier jobs' kept problems
+        if not clear_caches():
+            raise
+        check_host_memory(plan, problem_floats)
     problem = make_problem(plan.operation, plan.size, cfg.seed, plan.blas_beta != 0.0)
 
     on_phase("compile")
-    # Under a sanitizer the buffers are bare, so that the tool sees their real bounds.
-    prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs,
-                       guards=not cfg.check.get("sanitizer"))
-    recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
-    for header, text in prepared.headers.items():  # what it includes, beside it
-        recorder.text(text, f"source/{header}")
-    recorder.text(prepared.program.log or "(the compiler printed nothing)\n", "compile_log.txt")
-    if cfg.tracking.inspect:
-        on_phase("inspect")
-        for name, text in inspect_once(backend, prepared, plan).items():
-            recorder.text(text, f"inspect/{name}")
-    resources = dict(prepared.program.resources)
-    main = plan.main_launch
-    metrics = resource_metrics(resources[main.entry], dynamic_local_bytes=main.local_bytes)
-    for side, launch in plan.helper_launches():
-        metrics.update(resource_metrics(resources[launch.entry],
-                                        f"{side}/{entry_label(launch.entry)}/",
-                                        launch.local_bytes))
-    recorder.metrics(metrics)
-    check_kernel_limits(plan, device, resources)
+    # PTX and SASS for the record (tracking.inspect) are made in a thread from the moment the
+    # program is compiled, beside the uploads and the check, and recorded before the timed
+    # launches ("inspect": the time the run waits for them there).
+    inspection: Optional[BackgroundInspection] = None
 
-    on_phase("check")
-    started = time.perf_counter()  # the kernel's own work: the checked launch and the timing
-    check_cfg = effective_check(cfg)  # a reduced-precision step's own tolerance
-    check = checked_launch(backend, prepared, problem, check_cfg, cfg.seed)
-    metrics[names.CHECK_REL_ERROR] = check.rel_error if check.rel_error == check.rel_error else None
-    metrics[names.CHECK_PASSED] = 1.0 if check.passed else 0.0
-    recorder.metrics(metrics)
-    recorder.tags({names.CHECK_METHOD: check.method})
-    if not check.passed:
-        raise VerificationError(f"{plan.name} gave a wrong result at "
-                                f"{plan.size.label(plan.operation)}: {check.detail}")
+    def inspect_in_background(compiled: PreparedRun) -> None:
+        nonlocal inspection
+        if cfg.tracking.inspect:
+            inspection = BackgroundInspection(backend, compiled, plan)
+
+    try:
+        # Under a sanitizer the buffers are bare, so that the tool sees their real bounds.
+        prepared = prepare(backend, cfg.kernel.sources, plan, problem, cfg.kernel_dirs,
+                           guards=not cfg.check.get("sanitizer"), on_program=inspect_in_background)
+        recorder.text(prepared.source_artifact, f"source/{prepared.file_name}")
+        for header, text in prepared.headers.items():  # what it includes, beside it
+            recorder.text(text, f"source/{header}")
+        recorder.text(prepared.program.log or "(the compiler printed nothing)\n",
+                      "compile_log.txt")
+        resources = dict(prepared.program.resources)
+        main = plan.main_launch
+        metrics = resource_metrics(resources[main.entry], dynamic_local_bytes=main.local_bytes)
+        for side, launch in plan.helper_launches():
+            metrics.update(resource_metrics(resources[launch.entry],
+                                            f"{side}/{entry_label(launch.entry)}/",
+                                            launch.local_bytes))
+        recorder.metrics(metrics)
+        check_kernel_limits(plan, device, resources)
+
+        on_phase("check")
+        started = time.perf_counter()  # the kernel's own work: the checked launch and the timing
+        check_cfg = effective_check(cfg)  # a reduced-precision step's own tolerance
+        check = checked_launch(backend, prepared, problem, check_cfg, cfg.seed)
+        metrics[names.CHECK_REL_ERROR] = \
+            check.rel_error if check.rel_error == check.rel_error else None
+        metrics[names.CHECK_PASSED] = 1.0 if check.passed else 0.0
+        recorder.metrics(metrics)
+        recorder.tags({names.CHECK_METHOD: check.method})
+        if not check.passed:
+            raise VerificationError(f"{plan.name} gave a wrong result at "
+                                    f"{plan.size.label(plan.operation)}: {check.detail}")
+    except Exception:
+        if inspection is not None:
+            inspection.record_after_failure(recorder, on_phase)
+        raise
+    if inspection is not None:  # before any timed launch (BackgroundInspection)
+        on_phase("inspect")
+        inspection.record(recorder)
 
     if cfg.check.get("sanitizer"):  # under a correctness tool: verified, nothing timed
         return RunOutcome(plan, device, resources, check, None, None, None, metrics)

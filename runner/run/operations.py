@@ -4,7 +4,8 @@ Per operation, never per kernel: every SGEMM step shares `sgemm`, every copy/tra
 shares `copy` or `transpose`.
 """
 
-import functools
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -44,18 +45,126 @@ def operation_floats(operation: Operation, size: ProblemSize) -> dict[str, int]:
     return {"src": size.M * size.N, "dst": size.M * size.N}
 
 
-@functools.lru_cache(maxsize=2)
-def make_problem(operation: Operation, size: ProblemSize, seed: int,
+# Problems a worker keeps between jobs: up to this many bytes of arrays (their references
+# included), or a quarter of the host's available memory where that is less (problem_cache_limit).
+PROBLEM_CACHE_MAX_BYTES = 2 << 30
+_DRAW_BLOCK = 1 << 16  # float64s drawn at a time (512 KiB): the draw stays in the CPU's cache
+
+
+def problem_cache_limit(held: int = 0) -> int:
+    """Bytes the kept problems may hold: 2 GiB, or a quarter of the host's available memory
+    (psutil) counting the `held` bytes of the cache itself as available, whichever is less."""
+    try:
+        import psutil
+
+        available = int(psutil.virtual_memory().available)
+    except Exception:  # no psutil, or an OS it cannot read: the cap alone
+        return PROBLEM_CACHE_MAX_BYTES
+    return min(PROBLEM_CACHE_MAX_BYTES, (available + held) // 4)
+
+
+def _problem_bytes(problem: "Problem") -> int:
+    return sum(array.nbytes for array in (*problem.inputs.values(), *problem.initial.values()))
+
+
+@dataclass
+class _Kept:
+    problem: "Problem"
+    nbytes: int  # its arrays and the references kept with it
+    references: dict = field(default_factory=dict)  # _float64_reference's entries for it
+
+
+class ProblemCache:
+    """The problems a worker has drawn, least recently used first, bounded by the bytes of
+    their arrays and references (`problem_cache_limit`) instead of by their number: a sweep
+    that goes kernel by kernel over five shapes draws each shape once, not once per job. The
+    problem used last is always kept (its job holds it anyway), however large."""
+
+    def __init__(self, limit=problem_cache_limit):
+        self._limit = limit  # held bytes -> the bytes the cache may hold
+        self._kept: "OrderedDict[tuple, _Kept]" = OrderedDict()
+        self._lock = threading.RLock()
+
+    @property
+    def nbytes(self) -> int:
+        return sum(kept.nbytes for kept in self._kept.values())
+
+    def __len__(self) -> int:
+        return len(self._kept)
+
+    def __contains__(self, key: tuple) -> bool:
+        return key in self._kept
+
+    def get(self, key: tuple) -> Optional["Problem"]:
+        with self._lock:
+            kept = self._kept.get(key)
+            if kept is None:
+                return None
+            self._kept.move_to_end(key)
+            return kept.problem
+
+    def put(self, key: tuple, problem: "Problem") -> None:
+        with self._lock:
+            self._kept.pop(key, None)
+            self._kept[key] = _Kept(problem, _problem_bytes(problem))
+            self._evict()
+
+    def owner(self, A: np.ndarray, B: np.ndarray) -> Optional[_Kept]:
+        """The kept sgemm problem whose inputs are these very arrays (used last), or None."""
+        with self._lock:
+            for key, kept in reversed(self._kept.items()):
+                inputs = kept.problem.inputs
+                if inputs.get("A") is A and inputs.get("B") is B:
+                    self._kept.move_to_end(key)
+                    return kept
+            return None
+
+    def keep_reference(self, kept: _Kept, key: tuple, entry: tuple) -> None:
+        """A reference kept with its problem (and dropped with it), its bytes counted."""
+        with self._lock:
+            kept.references[key] = entry
+            kept.nbytes += sum(part.nbytes for part in entry if isinstance(part, np.ndarray))
+            self._evict()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kept.clear()
+
+    def _evict(self) -> None:
+        held = self.nbytes
+        limit = self._limit(held)
+        while held > limit and len(self._kept) > 1:
+            _, dropped = self._kept.popitem(last=False)
+            held -= dropped.nbytes
+
+
+_problems = ProblemCache()
+
+
+def _uniform_float32(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
+    """`rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)` bit for bit, leaving `rng`
+    where that leaves it, without its whole float64 array: uniform(low, high) is
+    low + (high - low) * the generator's next double, which is what `random` gives, one per
+    element in the same order; drawn a block at a time into a buffer that stays in cache
+    (2.0 * d is exact, so -1.0 + 2.0 * d rounds as uniform's own sum does)."""
+    out = np.empty(rows * cols, dtype=np.float32)
+    block = np.empty(min(_DRAW_BLOCK, out.size), dtype=np.float64)
+    for start in range(0, out.size, _DRAW_BLOCK):
+        part = block[:min(_DRAW_BLOCK, out.size - start)]
+        rng.random(out=part)
+        part *= 2.0
+        part -= 1.0
+        out[start:start + part.size] = part  # rounded to float32 as astype does
+    return out.reshape(rows, cols)
+
+
+def draw_problem(operation: Operation, size: ProblemSize, seed: int,
                  initial_output: bool = False) -> Problem:
-    """Fresh random inputs from `seed`: uniform in [-1, 1), never zeros. The same arrays for
-    the same operation, size and seed within a process (a sweep's jobs on one problem): drawing
-    two 4096x4096 matrices costs more than a job's tracking. Nothing writes to them.
-    `initial_output` (sgemm with beta != 0): C0 as well, drawn the same way after A and B, so
-    A and B are the same arrays with or without it."""
+    """Fresh random inputs from `seed`, drawn now (make_problem keeps them)."""
     rng = np.random.default_rng(seed)
 
     def draw(rows: int, cols: int) -> np.ndarray:
-        return rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
+        return _uniform_float32(rng, rows, cols)
 
     if operation is Operation.sgemm:
         inputs = {"A": draw(size.M, size.K), "B": draw(size.K, size.N)}
@@ -64,6 +173,22 @@ def make_problem(operation: Operation, size: ProblemSize, seed: int,
     if operation is Operation.copy:
         return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.M, size.N))
     return Problem(operation, {"src": draw(size.M, size.N)}, "dst", (size.N, size.M))
+
+
+def make_problem(operation: Operation, size: ProblemSize, seed: int,
+                 initial_output: bool = False) -> Problem:
+    """Fresh random inputs from `seed`: uniform in [-1, 1), never zeros. The same arrays for
+    the same operation, size and seed within a process (a sweep's jobs on one problem, in any
+    order: kept while they fit ProblemCache's bytes): drawing two 4096x4096 matrices costs more
+    than a job's tracking. Nothing writes to them.
+    `initial_output` (sgemm with beta != 0): C0 as well, drawn the same way after A and B, so
+    A and B are the same values with or without it."""
+    key = (operation, size, seed, bool(initial_output))
+    problem = _problems.get(key)
+    if problem is None:
+        problem = draw_problem(operation, size, seed, bool(initial_output))
+        _problems.put(key, problem)
+    return problem
 
 
 def check_tolerance(cfg) -> float:
@@ -114,29 +239,100 @@ def _worst(C: np.ndarray, reference: np.ndarray, rows=None, cols=None) -> str:
             f"{float(reference[row, col]):.7g}")
 
 
+# References of arrays no kept problem holds (a test's own, a problem the cache let go of):
+# the last two pairs, each entry holding its A and B so that their ids stay theirs.
 _references: dict[tuple, tuple] = {}
 
 
 def _float64_reference(A: np.ndarray, B: np.ndarray, full: bool, sample_rows: int,
                        sample_cols: int, seed: int) -> tuple:
     """(rows, cols, whole product, sampled rows, sampled columns) of A·B in float64, computed
-    once per pair of input arrays: a sweep's jobs on one problem (make_problem keeps it) and
-    the vendor baseline share it. The entry holds A and B, so their ids stay theirs."""
-    key = (id(A), id(B), full, sample_rows, sample_cols, seed)
-    if key not in _references:
-        M, N = A.shape[0], B.shape[1]
-        if full:
-            entry = (None, None, A.astype(np.float64) @ B.astype(np.float64), None, None)
-        else:
-            rng = np.random.default_rng(seed + 1)
-            rows = rng.choice(M, size=min(sample_rows, M), replace=False)
-            cols = rng.choice(N, size=min(sample_cols, N), replace=False)
-            entry = (rows, cols, None, A[rows].astype(np.float64) @ B.astype(np.float64),
-                     A.astype(np.float64) @ B[:, cols].astype(np.float64))
+    once per pair of input arrays: a sweep's jobs on one problem and the vendor baseline share
+    it. Kept with the problem where make_problem keeps A and B (ProblemCache: its bytes
+    counted with the problem's, dropped with it), else among the last two pairs."""
+    key = (full, sample_rows, sample_cols, seed)
+    kept = _problems.owner(A, B)
+    if kept is not None and key in kept.references:
+        return kept.references[key]
+    loose = (id(A), id(B), *key)
+    if kept is None and loose in _references:
+        return _references[loose][:5]
+    M, N = A.shape[0], B.shape[1]
+    if full:
+        entry = (None, None, A.astype(np.float64) @ B.astype(np.float64), None, None)
+    else:
+        rng = np.random.default_rng(seed + 1)
+        rows = rng.choice(M, size=min(sample_rows, M), replace=False)
+        cols = rng.choice(N, size=min(sample_cols, N), replace=False)
+        entry = (rows, cols, None, A[rows].astype(np.float64) @ B.astype(np.float64),
+                 A.astype(np.float64) @ B[:, cols].astype(np.float64))
+    if kept is not None:
+        _problems.keep_reference(kept, key, entry)
+    else:
         if len(_references) >= 2:
             _references.pop(next(iter(_references)))
-        _references[key] = (*entry, A, B)
-    return _references[key][:5]
+        _references[loose] = (*entry, A, B)
+    return entry
+
+
+def clear_caches() -> bool:
+    """Forget every kept problem and reference (tests; a worker that must give memory back).
+    Whether anything was kept."""
+    held = bool(len(_problems) or _references)
+    _problems.clear()
+    _references.clear()
+    return held
+
+
+_SCAN_BLOCK = 1 << 18  # floats per block of a full-array pass (1 MiB): block and mask in cache
+
+
+def _scan(result: np.ndarray) -> tuple[bool, bool]:
+    """(every element finite, some element still the poison bit for bit) in one pass over
+    `result`, a block at a time: each block is read from memory once and tested twice while in
+    cache, without a whole-array mask. Exactly `np.isfinite(result).all()` and
+    `never_written(result).any()`."""
+    flat = np.ravel(result)  # a view of a contiguous result
+    bits = flat.view(np.uint32)
+    mask = np.empty(min(_SCAN_BLOCK, flat.size), dtype=bool)
+    finite, poisoned = True, False
+    for start in range(0, flat.size, _SCAN_BLOCK):
+        stop = min(start + _SCAN_BLOCK, flat.size)
+        part = mask[:stop - start]
+        if finite:
+            np.isfinite(flat[start:stop], out=part)
+            finite = bool(part.all())
+        if not poisoned:
+            np.equal(bits[start:stop], POISON_BITS, out=part)
+            poisoned = bool(part.any())
+    return finite, poisoned
+
+
+_TILE = 256  # rows and columns of a tile compared at once where `expected` is a transpose
+
+
+def _same_bits(expected: np.ndarray, result: np.ndarray) -> bool:
+    """Whether two 2-D arrays of one shape hold the same bits everywhere, compared a tile at a
+    time with no whole-array mask: blocks of whole rows where both are laid out alike, square
+    tiles where `expected` is a transpose (a view of the source, never copied: a tile of it
+    fits in cache, where a whole transposed copy reads the source across its rows)."""
+    if result.size == 0:
+        return True
+    expected_bits, result_bits = expected.view(np.uint32), result.view(np.uint32)
+    rows, cols = result.shape
+    if expected.flags.c_contiguous and result.flags.c_contiguous:
+        tile_rows, tile_cols = max(1, _SCAN_BLOCK // max(1, cols)), cols
+    else:
+        tile_rows, tile_cols = _TILE, _TILE
+    mask = np.empty((min(tile_rows, rows), min(tile_cols, cols)), dtype=bool)
+    for top in range(0, rows, tile_rows):
+        for left in range(0, cols, tile_cols):
+            theirs = result_bits[top:top + tile_rows, left:left + tile_cols]
+            part = mask[:theirs.shape[0], :theirs.shape[1]]
+            np.equal(expected_bits[top:top + tile_rows, left:left + tile_cols], theirs, out=part)
+            if not part.all():
+                return False
+    return True
 
 
 def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
@@ -151,10 +347,9 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
     element of C is still checked to be written (the output was poisoned, POISON_BITS) and
     finite.
     """
-    problem = not_finite(C)
-    if problem:
-        return CheckResult(False, float("nan"), "written and finite", problem)
-    never = never_written(C)
+    finite, poisoned = _scan(C)  # both whole-array tests in one pass
+    if not finite:
+        return CheckResult(False, float("nan"), "written and finite", not_finite(C))
     M, K = A.shape
     N = B.shape[1]
     full = M * N * K <= full_reference_max_macs
@@ -179,13 +374,14 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
     # and is reported as never written; a wrong value anywhere else is the worse news (a kernel
     # that adds to C leaves the poison as it was where its product is tiny).
     if full:
-        written = np.where(never, reference, C)
+        written = np.where(never_written(C), reference, C)
         error = np.linalg.norm(written - reference) / max(np.linalg.norm(reference), 1e-300)
         method = "full float64 reference"
         worst = lambda: _worst(written, reference)  # noqa: E731
     else:
-        written_rows = np.where(never[rows], ref_rows, C[rows])
-        written_cols = np.where(never[:, cols], ref_cols, C[:, cols])
+        picked_rows, picked_cols = C[rows], C[:, cols]  # never_written of these alone
+        written_rows = np.where(never_written(picked_rows), ref_rows, picked_rows)
+        written_cols = np.where(never_written(picked_cols), ref_cols, picked_cols)
         diff = (np.linalg.norm(written_rows - ref_rows) ** 2
                 + np.linalg.norm(written_cols - ref_cols) ** 2)
         norm = np.linalg.norm(ref_rows) ** 2 + np.linalg.norm(ref_cols) ** 2
@@ -197,20 +393,23 @@ def check_sgemm(A: np.ndarray, B: np.ndarray, C: np.ndarray, tolerance: float,
         method += f" of alpha*A·B + beta*C0 (alpha={alpha:g}, beta={beta:g})"
     error = float(error)
     if not error <= tolerance:
-        unwritten = f"; besides, {_unwritten(never)}" if never.any() else ""
+        unwritten = f"; besides, {_unwritten(never_written(C))}" if poisoned else ""
         return CheckResult(False, error, method,
                            f"relative error {error:.3e} exceeds the tolerance {tolerance:.1e}: "
                            f"wrong values, {worst()}{unwritten}")
-    if never.any():
-        return CheckResult(False, float("nan"), method, _unwritten(never))
+    if poisoned:
+        return CheckResult(False, float("nan"), method, _unwritten(never_written(C)))
     return CheckResult(True, error, method)
 
 
 def check_exact(expected: np.ndarray, result: np.ndarray) -> CheckResult:
-    """Bitwise equality: a copy or a transpose moves values, it must not change one bit."""
+    """Bitwise equality: a copy or a transpose moves values, it must not change one bit.
+    `expected` may be a view (a transpose of the source), never copied here."""
     if expected.shape != result.shape:
         return CheckResult(False, float("nan"), "bitwise", f"shape {result.shape} != "
                                                             f"{expected.shape}")
+    if _same_bits(expected, result):  # the usual case, in one pass and no whole-array mask
+        return CheckResult(True, 0.0, "bitwise equality")
     differ = expected.view(np.uint32) != result.view(np.uint32)
     never = differ & never_written(result)
     if never.any():
@@ -231,5 +430,5 @@ def check_result(operation: Operation, problem: Problem, result: np.ndarray, che
                            check_cfg.full_reference_max_macs, check_cfg.sample_rows,
                            check_cfg.sample_cols, seed, alpha, beta, problem.initial.get("C"))
     source = problem.inputs["src"]
-    expected = source if operation is Operation.copy else np.ascontiguousarray(source.T)
+    expected = source if operation is Operation.copy else source.T  # a view: compared as is
     return check_exact(expected, result)

@@ -1,0 +1,417 @@
+"""The runner's own time per job: problems and their references kept between jobs (bounded by
+bytes), one pass over the output for the written-and-finite check, one download of the output
+per checked launch, and the inspection made beside the check. CPU only."""
+
+import numpy as np
+import pytest
+from conftest import compose_config
+
+from runner.backends.base import POISON, POISON_BITS
+from runner.config.schema import Operation
+from runner.config.spec import ProblemSize, plan_kernel
+from runner.errors import Refused, VerificationError
+from runner.record import names
+from runner.run import execute as execute_module
+from runner.run import operations
+from runner.run.execute import checked_launch, execute, prepare
+from runner.run.operations import (
+    ProblemCache,
+    check_exact,
+    check_sgemm,
+    clear_caches,
+    draw_problem,
+    effective_check,
+    make_problem,
+    never_written,
+    not_finite,
+    problem_cache_limit,
+)
+
+# A kernel-major sweep's shapes, small: each one's problem differs from the one before.
+SHAPES = [ProblemSize(24, 24, 24), ProblemSize(40, 40, 40), ProblemSize(56, 56, 56),
+          ProblemSize(41, 39, 37), ProblemSize(33, 35, 31)]
+
+
+@pytest.fixture(autouse=True)
+def fresh_caches():
+    clear_caches()
+    yield
+    clear_caches()
+
+
+def _old_draw(size: ProblemSize, seed: int, initial: bool = False) -> dict:
+    """The inputs as make_problem drew them before: uniform(-1, 1) float64 cast to float32."""
+    rng = np.random.default_rng(seed)
+
+    def draw(rows, cols):
+        return rng.uniform(-1.0, 1.0, size=(rows, cols)).astype(np.float32)
+
+    drawn = {"A": draw(size.M, size.K), "B": draw(size.K, size.N)}
+    if initial:
+        drawn["C"] = draw(size.M, size.N)
+    return drawn
+
+
+def _bits(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array).view(np.uint32)
+
+
+@pytest.mark.parametrize("size", [ProblemSize(1, 1, 1), ProblemSize(3, 5, 7),
+                                  ProblemSize(300, 257, 263), ProblemSize(129, 1000, 517)])
+def test_the_draw_gives_the_same_bits_as_before(size):
+    """Drawn a block at a time with no float64 copy of the whole matrix, bit for bit the values
+    uniform(-1, 1).astype(float32) gave, C0 after A and B as before."""
+    old = _old_draw(size, 11, initial=True)
+    new = draw_problem(Operation.sgemm, size, 11, initial_output=True)
+    for name, array in (("A", new.inputs["A"]), ("B", new.inputs["B"]), ("C", new.initial["C"])):
+        assert array.dtype == np.float32 and array.flags.c_contiguous
+        assert array.shape == old[name].shape
+        assert np.array_equal(_bits(array), _bits(old[name])), name
+    copy = draw_problem(Operation.transpose, ProblemSize(70, 90, 1), 3)
+    rng = np.random.default_rng(3)
+    assert np.array_equal(_bits(copy.inputs["src"]),
+                          _bits(rng.uniform(-1.0, 1.0, size=(70, 90)).astype(np.float32)))
+    assert copy.output_shape == (90, 70)
+
+
+def test_a_kernel_major_sweep_draws_each_shape_once():
+    """Five shapes in turn, again and again (kernel by kernel): the same arrays each time."""
+    first = {size: make_problem(Operation.sgemm, size, 0) for size in SHAPES}
+    for _ in range(3):
+        for size in SHAPES:
+            again = make_problem(Operation.sgemm, size, 0)
+            assert again is first[size]
+            assert again.inputs["A"] is first[size].inputs["A"]
+            assert again.inputs["B"] is first[size].inputs["B"]
+    # another seed, beta != 0 (C0), another operation: problems of their own
+    assert make_problem(Operation.sgemm, SHAPES[0], 1) is not first[SHAPES[0]]
+    with_c0 = make_problem(Operation.sgemm, SHAPES[0], 0, True)
+    assert with_c0 is not first[SHAPES[0]] and "C" in with_c0.initial
+    assert np.array_equal(with_c0.inputs["A"], first[SHAPES[0]].inputs["A"])
+    assert make_problem(Operation.sgemm, SHAPES[0], 0, True) is with_c0
+    assert make_problem(Operation.copy, SHAPES[1], 0).operation is Operation.copy
+
+
+def test_eviction_keeps_what_fits_and_always_the_newest(monkeypatch):
+    limit = [10_000]
+    kept = ProblemCache(limit=lambda held: limit[0])
+    monkeypatch.setattr(operations, "_problems", kept)
+    small = [ProblemSize(10, 10, 10 + i) for i in range(4)]  # 80 * (10 + i) bytes: 3,680 in all
+    first = [make_problem(Operation.sgemm, s, 0) for s in small]
+    assert len(kept) == 4 and kept.nbytes == sum(
+        a.nbytes for p in first for a in p.inputs.values())
+    big = make_problem(Operation.sgemm, ProblemSize(40, 40, 40), 0)  # 12,800 bytes: over
+    assert len(kept) == 1 and ProblemSize(40, 40, 40) in {key[1] for key in kept._kept}
+    assert make_problem(Operation.sgemm, ProblemSize(40, 40, 40), 0) is big  # kept
+    assert make_problem(Operation.sgemm, small[0], 0) is not first[0]  # drawn again
+    assert len(kept) == 1  # the big one went: the two together exceed the limit
+    limit[0] = 4_000  # room for four small ones, not five: the least recently used goes
+    for s in small:
+        make_problem(Operation.sgemm, s, 0)
+    make_problem(Operation.sgemm, small[1], 0)  # used again: now the newest
+    make_problem(Operation.sgemm, ProblemSize(10, 10, 9), 0)
+    keys = [key[1] for key in kept._kept]
+    assert keys == [small[2], small[3], small[1], ProblemSize(10, 10, 9)]
+    assert kept.nbytes <= 4_000
+
+
+def test_the_default_limit_is_2_gib_or_a_quarter_of_the_available_memory(monkeypatch):
+    import psutil
+
+    class Memory:
+        available = 40 << 30
+
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: Memory)
+    assert problem_cache_limit() == 2 << 30
+    Memory.available = 4 << 30
+    assert problem_cache_limit() == 1 << 30
+    assert problem_cache_limit(held=4 << 30) == 2 << 30  # what the cache holds counts as free
+
+
+def test_references_are_kept_with_every_cached_problem():
+    """Five problems in turn, checked again and again: each one's float64 reference is
+    computed once and kept with its problem (it was kept for the last two pairs only)."""
+    results = {}
+    for round_ in range(3):
+        for size in SHAPES:
+            problem = make_problem(Operation.sgemm, size, 0)
+            A, B = problem.inputs["A"], problem.inputs["B"]
+            C = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+            for full in (True, False):
+                entry = operations._float64_reference(A, B, full, 8, 8, 0)
+                if round_ == 0:
+                    results[size, full] = entry
+                else:  # the very same arrays: not computed again
+                    assert all(x is y for x, y in zip(entry, results[size, full]))
+                assert check_sgemm(A, B, C, 1e-5, 1 << 30 if full else 1, 8, 8, 0).passed
+            kept = operations._problems.owner(A, B)
+            assert kept is not None and kept.problem is problem
+            assert len(kept.references) == 2
+    assert not operations._references  # nothing kept outside the problems' own entries
+
+
+def test_a_reference_goes_with_its_problem(monkeypatch):
+    kept = ProblemCache(limit=lambda held: 40_000)
+    monkeypatch.setattr(operations, "_problems", kept)
+    problem = make_problem(Operation.sgemm, ProblemSize(30, 30, 30), 0)  # 7,200 bytes
+    operations._float64_reference(problem.inputs["A"], problem.inputs["B"], True, 8, 8, 0)
+    assert kept.nbytes == 7_200 + 30 * 30 * 8  # the float64 product counted with it
+    make_problem(Operation.sgemm, ProblemSize(60, 60, 60), 0)  # 28,800 bytes: the first goes
+    assert len(kept) == 1 and kept.owner(problem.inputs["A"], problem.inputs["B"]) is None
+
+
+def test_arrays_of_no_cached_problem_still_get_a_reference():
+    rng = np.random.default_rng(5)
+    A = rng.uniform(-1, 1, (20, 30)).astype(np.float32)
+    B = rng.uniform(-1, 1, (30, 10)).astype(np.float32)
+    first = operations._float64_reference(A, B, True, 8, 8, 0)
+    assert operations._float64_reference(A, B, True, 8, 8, 0)[2] is first[2]
+    assert check_sgemm(A, B, (A @ B).astype(np.float32), 1e-5, 1 << 30, 8, 8, 0).passed
+
+
+def _product(size: ProblemSize, seed: int = 0):
+    problem = make_problem(Operation.sgemm, size, seed)
+    A, B = problem.inputs["A"], problem.inputs["B"]
+    return A, B, (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_the_one_pass_check_finds_what_the_separate_passes_found(full):
+    """NaN, Inf and the poison anywhere, in the last block of the pass too, and never in
+    the sampled rows or columns: the same verdicts and the same words as before."""
+    size = ProblemSize(700, 600, 50)  # 420,000 elements: two blocks of the pass
+    A, B, right = _product(size)
+    macs = 1 << 40 if full else 1
+    assert check_sgemm(A, B, right, 1e-5, macs, 4, 4, 0).passed
+    rows, cols = operations._float64_reference(A, B, full, 4, 4, 0)[:2]
+    spare_row = next(r for r in range(size.M - 1, 0, -1) if rows is None or r not in rows)
+    spare_col = next(c for c in range(size.N - 1, 0, -1) if cols is None or c not in cols)
+    for bad in (np.nan, np.inf, -np.inf):
+        C = right.copy()
+        C[spare_row, spare_col] = bad
+        checked = check_sgemm(A, B, C, 1e-5, macs, 4, 4, 0)
+        assert not checked.passed and checked.method == "written and finite"
+        assert checked.detail == not_finite(C)
+    C = right.copy()
+    C[spare_row, spare_col] = POISON
+    checked = check_sgemm(A, B, C, 1e-5, macs, 4, 4, 0)
+    assert not checked.passed and checked.rel_error != checked.rel_error  # NaN: unwritten
+    assert checked.detail.startswith("1 of 420000 output elements were never written (first at "
+                                     f"[{spare_row}, {spare_col}]")
+    assert checked.detail == operations._unwritten(never_written(C))
+    C = right.copy()
+    C[:, :] *= 1.01  # wrong everywhere, and a poisoned element besides
+    C[spare_row, spare_col] = POISON
+    checked = check_sgemm(A, B, C, 1e-5, macs, 4, 4, 0)
+    assert "exceeds the tolerance" in checked.detail
+    assert checked.detail.endswith(operations._unwritten(never_written(C)))
+
+
+def test_the_relative_error_is_what_it_was():
+    """Sampled and full, with alpha and beta: the figure recorded as check.rel_error is
+    computed from the same arrays as before (np.where over the whole never-written mask)."""
+    size = ProblemSize(90, 70, 50)
+    problem = make_problem(Operation.sgemm, size, 4, True)
+    A, B, C0 = problem.inputs["A"], problem.inputs["B"], problem.initial["C"]
+    C = (0.5 * (A.astype(np.float64) @ B.astype(np.float64)) - 0.25 * C0).astype(np.float32)
+    C[3, 4] += 1e-3
+    for macs in (1 << 40, 1):
+        full = macs > 1
+        rows, cols, ref, ref_rows, ref_cols = operations._float64_reference(A, B, full, 5, 5, 4)
+        never = never_written(C)
+        if full:
+            reference = 0.5 * ref - 0.25 * C0.astype(np.float64)
+            written = np.where(never, reference, C)
+            expected = np.linalg.norm(written - reference) / np.linalg.norm(reference)
+        else:
+            ref_rows = 0.5 * ref_rows - 0.25 * C0[rows].astype(np.float64)
+            ref_cols = 0.5 * ref_cols - 0.25 * C0[:, cols].astype(np.float64)
+            diff = (np.linalg.norm(np.where(never[rows], ref_rows, C[rows]) - ref_rows) ** 2
+                    + np.linalg.norm(np.where(never[:, cols], ref_cols, C[:, cols]) - ref_cols)
+                    ** 2)
+            expected = np.sqrt(diff / (np.linalg.norm(ref_rows) ** 2
+                                       + np.linalg.norm(ref_cols) ** 2))
+        checked = check_sgemm(A, B, C, 1.0, macs, 5, 5, 4, 0.5, -0.25, C0)
+        assert checked.rel_error == float(expected)
+
+
+def test_a_transpose_is_compared_without_a_copy_and_still_bit_for_bit():
+    source = np.random.default_rng(1).uniform(-1, 1, (300, 1100)).astype(np.float32)
+    right = np.ascontiguousarray(source.T)
+    assert check_exact(source.T, right).passed
+    wrong = right.copy()
+    wrong[1099, 299] = np.float32(-0.0) if right[1099, 299] == 0 else -right[1099, 299]
+    checked = check_exact(source.T, wrong)
+    assert not checked.passed and checked.detail.startswith("1 of 330000 elements differ "
+                                                            "(first at [1099, 299]")
+    unwritten = right.copy()
+    unwritten.view(np.uint32)[500, 7] = POISON_BITS
+    checked = check_exact(source.T, unwritten)
+    assert not checked.passed and "never written" in checked.detail
+    zero = np.zeros((4, 4), np.float32)
+    negative_zero = np.full((4, 4), -0.0, np.float32)  # equal as floats, not as bits
+    assert not check_exact(zero, negative_zero).passed
+
+
+def test_a_checked_launch_downloads_its_output_once_and_still_checks_its_guards(cpu_backend):
+    cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2")
+    plan = plan_kernel(cfg.kernel, ProblemSize(64, 48, 32))
+    problem = make_problem(plan.operation, plan.size, 0)
+    prepared = prepare(cpu_backend, cfg.kernel.sources, plan, problem)
+    downloads = []
+
+    class Counting:
+        def __getattr__(self, name):
+            return getattr(cpu_backend, name)
+
+        def download(self, buffer, shape):
+            downloads.append(shape)
+            return cpu_backend.download(buffer, shape)
+
+    checked = checked_launch(Counting(), prepared, problem, effective_check(cfg), 0)
+    assert checked.passed and checked.launch_ms is not None
+    whole = {name: (guarded.guard * 2 + guarded.count,)
+             for name, guarded in prepared.guarded.items()}
+    assert sorted(downloads) == sorted(whole.values())  # A, B, C whole: C not again
+    # a write past the end of C is still caught, from the same single download
+    output = prepared.guarded["C"]
+    bits = cpu_backend.download(output.whole, whole["C"]).view(np.uint32).copy()
+    bits[output.guard + output.count] = 0
+    original = cpu_backend.download
+
+    def corrupted(buffer, shape):
+        if buffer is output.whole:
+            return bits.view(np.float32).copy()
+        return original(buffer, shape)
+
+    Counting.download = lambda self, buffer, shape: corrupted(buffer, shape)
+    with pytest.raises(VerificationError, match="past the end of C"):
+        checked_launch(Counting(), prepared, problem, effective_check(cfg), 0)
+
+
+class Recorder:
+    def __init__(self):
+        self.texts, self.order = {}, []
+
+    def text(self, text, name):
+        self.texts[name] = text
+        self.order.append(name)
+
+    def metrics(self, values):
+        pass
+
+    def tags(self, values):
+        pass
+
+
+def _cpu_run(*overrides):
+    from runner.backends import make_backend
+
+    cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2", "timing.repeats=3",
+                         "timing.warmup=1", *overrides)
+    plan = plan_kernel(cfg.kernel, ProblemSize(32, 32, 32))
+    return cfg, make_backend(cfg.backend), plan
+
+
+def test_the_inspection_is_made_beside_the_check_and_recorded_before_the_timing(monkeypatch):
+    cfg, backend, plan = _cpu_run("tracking.inspect=true")
+    execute_module._inspections.pop(backend, None)
+    phases, recorder = [], Recorder()
+    threads = []
+    real = execute_module.inspect_once
+
+    def inspect(*args):
+        import threading
+
+        threads.append(threading.current_thread())
+        return real(*args)
+
+    monkeypatch.setattr(execute_module, "inspect_once", inspect)
+    outcome = execute(cfg, backend, plan, recorder, on_phase=phases.append)
+    assert outcome.check.passed
+    assert phases.index("compile") < phases.index("check") < phases.index("inspect") \
+        < phases.index("time")
+    import threading
+
+    assert threads and threads[0] is not threading.main_thread()
+    assert {"inspect/summary.md", "inspect/build_log.txt"} <= set(recorder.texts)
+    assert recorder.order.index("inspect/summary.md") < recorder.order.index(
+        names.SAMPLES_ARTIFACT)  # recorded before the timed samples were taken
+
+
+def test_an_inspection_that_fails_in_its_thread_is_a_note_not_a_lost_error(monkeypatch):
+    cfg, backend, plan = _cpu_run("tracking.inspect=true")
+
+    def broken(*args):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(execute_module, "inspect_once", broken)
+    recorder = Recorder()
+    assert execute(cfg, backend, plan, recorder).check.passed
+    assert "OSError: disk gone" in recorder.texts["inspect/summary.md"]
+
+
+def test_a_failed_run_records_an_inspection_that_is_ready_and_does_not_wait_long(monkeypatch):
+    import threading
+
+    cfg, backend, plan = _cpu_run("tracking.inspect=true")
+    release = threading.Event()
+
+    def slow(*args):
+        release.wait(30)
+        return {"summary.md": "late\n"}
+
+    def failing_launch(*args, **kwargs):
+        raise VerificationError("wrong")
+
+    monkeypatch.setattr(execute_module, "checked_launch", failing_launch)
+    monkeypatch.setattr(execute_module, "INSPECT_GRACE_ON_FAILURE_S", 0.2)
+    monkeypatch.setattr(execute_module, "inspect_once", slow)
+    recorder, phases = Recorder(), []
+    import time
+
+    started = time.perf_counter()
+    with pytest.raises(VerificationError, match="wrong"):
+        execute(cfg, backend, plan, recorder, on_phase=phases.append)
+    assert time.perf_counter() - started < 10
+    assert "inspect/summary.md" not in recorder.texts  # dropped: not ready in time
+    release.set()
+
+    monkeypatch.setattr(execute_module, "inspect_once", lambda *args: {"summary.md": "ready\n"})
+    recorder = Recorder()
+    with pytest.raises(VerificationError, match="wrong"):
+        execute(cfg, backend, plan, recorder)
+    assert recorder.texts["inspect/summary.md"] == "ready\n"  # a failed run keeps it
+
+
+def test_no_inspection_when_tracking_inspect_is_off(monkeypatch):
+    cfg, backend, plan = _cpu_run("tracking.inspect=false")
+    monkeypatch.setattr(execute_module, "inspect_once",
+                        lambda *args: pytest.fail("inspected with tracking.inspect=false"))
+    phases, recorder = [], Recorder()
+    assert execute(cfg, backend, plan, recorder, on_phase=phases.append).check.passed
+    assert "inspect" not in phases and not any(n.startswith("inspect/") for n in recorder.texts)
+
+
+def test_kept_problems_give_way_before_a_run_is_refused_for_host_memory(monkeypatch):
+    """A size refused for host memory is refused only if the memory is short with the earlier
+    jobs' kept problems let go."""
+    cfg, backend, plan = _cpu_run("tracking.inspect=false")
+    make_problem(Operation.sgemm, ProblemSize(64, 64, 64), 0)  # an earlier job's
+    checked = []
+
+    def short_while_kept(plan, floats):
+        checked.append(len(operations._problems))
+        if len(operations._problems):
+            raise Refused("short")
+
+    monkeypatch.setattr(execute_module, "check_host_memory", short_while_kept)
+    assert execute(cfg, backend, plan, Recorder()).check.passed
+    assert checked == [1, 0]
+
+    def always_short(plan, floats):
+        raise Refused("short")
+
+    monkeypatch.setattr(execute_module, "check_host_memory", always_short)
+    with pytest.raises(Refused, match="short"):
+        execute(cfg, backend, plan, Recorder())
