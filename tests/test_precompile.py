@@ -24,7 +24,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def entries(folder):
-    return sorted(folder.glob("*/*.json"))
+    return sorted(folder.glob("[0-9a-f][0-9a-f]/*.json"))  # NVRTC outputs (sass/ apart)
 
 
 @pytest.mark.parametrize("overrides", [
@@ -85,3 +85,22 @@ def test_the_cache_can_be_turned_off(cache, monkeypatch):
     nvrtc.compile_cuda('extern "C" __global__ void k2(int* x) { }\n', "k2.cu", {}, 90)
     assert not cache.exists()
     assert precompile.Precompiler([None, None])._pool is None
+
+
+def test_the_pool_disassembles_for_the_record_and_the_run_reads_it(cache, monkeypatch):
+    from runner.inspect import program
+
+    cfg = compose_config("backend=cuda", "kernel=matmul_4")
+    request = precompile.request_of(cfg, [])
+    assert request.disassemble  # tracking.inspect is on by default
+    monkeypatch.setitem(precompile._capabilities, 0, 90)
+    if program._sass_cache_path(b"x") is None:
+        pytest.skip("no nvdisasm or cuobjdump here")
+    precompile._compile(request)
+    assert len(list((cache / "sass").glob("*.json"))) == 1
+    output = nvrtc.compile_cuda(request.source, request.source_name, dict(request.defines), 90,
+                                request.max_registers, request.include_dirs,
+                                name_expressions=request.entries)
+    monkeypatch.setattr(program, "_disassemble", lambda cubin: pytest.fail("disassembled again"))
+    sass, how = program.disassemble(output.cubin)
+    assert sass and "nvdisasm" in how or "cuobjdump" in how

@@ -9,7 +9,10 @@ the kernel's work-group queries give, and that is said in the summary.
 runner/run/execute.py) call; it never raises for a missing tool, it says what was missing.
 """
 
+import hashlib
 import importlib.metadata
+import json
+import os
 import re
 import shutil
 import subprocess
@@ -78,7 +81,45 @@ def find_tool(name: str, package: Optional[str] = None) -> Optional[str]:
 
 
 def disassemble(cubin: bytes) -> tuple[Optional[str], str]:
-    """(SASS text, how it was made) or (None, what was missing or failed)."""
+    """(SASS text, how it was made) or (None, what was missing or failed). A disassembly is
+    kept in the compile cache on disk (runner/backends/nvrtc.py) by the cubin's hash and the
+    tool's, so a sweep's compile pool makes it beside the compile (runner/sweep/precompile.py)
+    and the job that runs the program reads it."""
+    path = _sass_cache_path(cubin)
+    if path is not None:
+        try:
+            kept = json.loads(path.read_text())
+            return kept["sass"], kept["how"]
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+    sass, how = _disassemble(cubin)
+    if path is not None and sass:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+            partial.write_text(json.dumps({"sass": sass, "how": how}))
+            os.replace(partial, path)  # whole, for a reader in another process
+        except OSError:
+            pass
+    return sass, how
+
+
+def _sass_cache_path(cubin: bytes) -> Optional[Path]:
+    from runner.backends.nvrtc import cache_folder
+
+    folder = cache_folder()
+    tools = [find_tool(name, package) for name, package, _ in DISASSEMBLERS]
+    if folder is None or not any(tools):
+        return None
+    identity = hashlib.sha256(cubin)
+    for tool in tools:
+        if tool is not None:
+            stat = os.stat(tool)
+            identity.update(f"{tool}:{stat.st_size}:{stat.st_mtime_ns}".encode())
+    return folder / "sass" / f"{identity.hexdigest()}.json"
+
+
+def _disassemble(cubin: bytes) -> tuple[Optional[str], str]:
     failures = []
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder, "kernel.cubin")

@@ -34,6 +34,7 @@ class CompileRequest:
     include_dirs: tuple
     entries: tuple
     device: int
+    disassemble: bool = False  # tracking.inspect: the SASS for the record, cached beside it
 
 
 def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
@@ -55,18 +56,24 @@ def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
         device = cfg.backend.get("device")
         return CompileRequest(source, file_name, tuple(plan.defines.items()), plan.max_registers,
                               (str(path.parent),), tuple(plan.entries),
-                              int(device) if device is not None else 0)
+                              int(device) if device is not None else 0,
+                              bool(cfg.tracking.get("inspect", True)))
     except Exception:  # the job's own run says what is wrong, in its record
         return None
 
 
 def _compile(request: CompileRequest) -> None:
-    """In a pool process: the job's compile call, whose output lands in the compile cache."""
+    """In a pool process: the job's compile call, whose output lands in the compile cache, and
+    the cubin's disassembly where the run will inspect it (runner/inspect/program.py)."""
     from runner.backends.nvrtc import compile_cuda
 
-    compile_cuda(request.source, request.source_name, dict(request.defines),
-                 _compute_capability(request.device), request.max_registers,
-                 request.include_dirs, name_expressions=request.entries)
+    output = compile_cuda(request.source, request.source_name, dict(request.defines),
+                          _compute_capability(request.device), request.max_registers,
+                          request.include_dirs, name_expressions=request.entries)
+    if request.disassemble:
+        from runner.inspect.program import disassemble
+
+        disassemble(output.cubin)
 
 
 _capabilities: dict = {}
