@@ -1,0 +1,126 @@
+"""The runner's own time per job, before and after, as a page, from two stores of one sitting.
+
+On one GPU host, in an empty folder, the tree before (`before`) and after (`after`) in turn, an
+empty compile cache for each (GEMMLAB_COMPILE_CACHE=<a new folder>); the page quotes them:
+
+    python -m runner -m backend=cuda kernel=matmul_9,matmul_12,matmul_13,matmul_14 \
+        shape=square_1024,square_4096,square_8192,4097x4095x4093,1000x1030x999 \
+        tracking.uri=sqlite:///before.db tracking.experiment=sweep          # and after.db
+    python -m runner -m +search=matmul_9 backend=cuda size=4096 hydra.sweeper.n_trials=30 \
+        tracking.uri=sqlite:///before.db                                    # and after.db
+    python -m runner backend=cuda kernel=matmul_9 size=4096 tracking.uri=sqlite:///before.db \
+        tracking.experiment=m9                                              # three times each
+    python docs/benchmarks/runner_time.py --before sqlite:///before.db --after sqlite:///after.db \
+        --out docs/benchmarks/runner_time_h100.md
+
+The wall times are the sweeps' own (`gemmlab.sweep.wall_s`: from the sweep's start to its last
+job's end), the per-job figure the one the sweep prints; the stages are the after tree's
+(`gemmlab.sweep.phase_s.*`, which the before tree did not record).
+"""
+
+import argparse
+import datetime
+import statistics
+from pathlib import Path
+
+from mlflow.tracking import MlflowClient
+
+from runner.record import names
+
+def sweep_parent(client: MlflowClient, experiment: str):
+    found = client.get_experiment_by_name(experiment)
+    runs = client.search_runs([found.experiment_id], f"tags.`{names.SWEEP}` = 'true'",
+                              order_by=["attributes.start_time DESC"])
+    return runs[0] if runs else None
+
+
+def first_job(client: MlflowClient, parent):
+    """A job of the sweep: its device, driver and commit are the page's."""
+    runs = client.search_runs([parent.info.experiment_id], max_results=200)
+    return next(run for run in runs if run.data.tags.get(names.PARENT_RUN_ID) == parent.info.run_id
+                and names.DEVICE_NAME in run.data.tags)
+
+
+def tag(run, key: str) -> float:
+    return float(run.data.tags.get(f"{names.SWEEP_PREFIX}{key}", "nan"))
+
+
+def rates(client: MlflowClient, experiment: str) -> list[float]:
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return []
+    runs = client.search_runs([found.experiment_id], order_by=["attributes.start_time ASC"])
+    return [run.data.metrics[names.GFLOPS] for run in runs if names.GFLOPS in run.data.metrics]
+
+
+def page(before: MlflowClient, after: MlflowClient) -> str:
+    rows, phases, device, driver, commits = [], None, "", "", {}
+    for label, experiment in (("20-job CUDA sweep", "sweep"), ("30-trial search", "matmul_9_tuning")):
+        old, new = sweep_parent(before, experiment), sweep_parent(after, experiment)
+        rows.append(f"| {label} | {tag(old, 'jobs'):.0f} | {tag(old, 'wall_s'):.1f} s | "
+                    f"{tag(new, 'wall_s'):.1f} s | {tag(old, 'overhead_s_per_job'):.2f} s | "
+                    f"{tag(new, 'overhead_s_per_job'):.2f} s |")
+        if phases is None:
+            phases = new
+        job = first_job(after, new)
+        device = job.data.tags.get(names.DEVICE_NAME, device)
+        driver = job.data.tags.get(names.DEVICE_DRIVER, driver)
+        commits["after"] = job.data.tags.get(names.GIT_COMMIT, "")
+        commits["before"] = first_job(before, old).data.tags.get(names.GIT_COMMIT, "")
+    jobs = tag(phases, "jobs")
+    stages = sorted(((key[len(names.SWEEP_PREFIX + "phase_s."):], float(value))
+                     for key, value in phases.data.tags.items()
+                     if key.startswith(names.SWEEP_PREFIX + "phase_s.")), key=lambda kv: -kv[1])
+    old_rates, new_rates = rates(before, "m9"), rates(after, "m9")
+    day = datetime.datetime.fromtimestamp(phases.info.start_time / 1000,
+                                          datetime.timezone.utc).date()
+    lines = [
+        f"# The runner's own time per job: {device}",
+        "",
+        f"{device}, driver {driver}, {day}; before: the tree of {commits.get('before', '?')}, "
+        f"after: {commits.get('after', '?')}, one sitting, an empty compile cache for each. "
+        "Made by `docs/benchmarks/runner_time.py` (its docstring has the commands) from "
+        "`before.db` and `after.db`.",
+        "",
+        "| work | jobs | wall before | wall after | runner's own time per job before "
+        "| after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+        "The runner's own time per job is what the sweep prints: its wall time less the kernels' "
+        "checked launches and timed samples (`time_s/kernel_work`), over its jobs.",
+        "",
+        f"## Where the sweep's time went, after ({jobs:.0f} jobs)",
+        "",
+        "| stage | seconds | per job |",
+        "| --- | ---: | ---: |",
+        *[f"| {stage.replace('_', ' ')} | {seconds:.2f} | {seconds / jobs:.3f} |"
+          for stage, seconds in stages],
+        "",
+    ]
+    if old_rates and new_rates:
+        lines += [
+            "## matmul_9 at 4096, alternating (`python -m runner backend=cuda kernel=matmul_9 "
+            "size=4096`)",
+            "",
+            f"before: {', '.join(f'{rate:,.0f}' for rate in old_rates)} GFLOPS; after: "
+            f"{', '.join(f'{rate:,.0f}' for rate in new_rates)} GFLOPS; medians "
+            f"{statistics.median(old_rates):,.0f} and {statistics.median(new_rates):,.0f} "
+            f"({100 * (statistics.median(new_rates) / statistics.median(old_rates) - 1):+.2f}%).",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="the store of the tree before")
+    parser.add_argument("--after", required=True, help="the store of the tree after")
+    parser.add_argument("--out", type=Path, required=True)
+    args = parser.parse_args()
+    args.out.write_text(page(MlflowClient(args.before), MlflowClient(args.after)))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
