@@ -16,7 +16,6 @@ run's `kernel.size_rule` tag.
 
 import logging
 import sys
-import time
 from typing import Optional
 
 import hydra
@@ -42,8 +41,8 @@ from runner.job.sanitizers import sanitizer_finding, sanitizer_of
 from runner.job.supervisor import run_job
 from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
-from runner.record.tracking import Recorder, comparable_params
-from runner.run.phases import RECORD_OPEN, metric
+from runner.record.store import sqlite_path
+from runner.record.tracking import Recorder, RecordNotOpened, comparable_params
 from runner.sweep.callback import current_parent_run_id, in_sweep
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
@@ -113,23 +112,59 @@ def _run(cfg: DictConfig) -> Optional[float]:
         supervisor.prestart()  # the worker's imports overlap MLflow's below
     backend_name = cfg.backend.name
     parent_run_id = current_parent_run_id()
-    opening = time.perf_counter()
     try:
         tiling = " ".join(f"{k}={v}" for k, v in cfg.kernel.params.items())
         recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
                                           f"{size.label(cfg.kernel.operation)} {tiling}".strip(),
-                            parent_run_id)
+                            parent_run_id, background=_opens_in_background(cfg))
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
-        first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-        reason = first if isinstance(error, RunError) else f"{type(error).__name__}: {first}"
-        print_failure(f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: {reason}",
-                      None)
+        print_failure(_cannot_record(cfg, error), None)
         return None
-    where = (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
-             f"in {recorder.uri}")
+    try:
+        return _recorded_run(cfg, recorder, size, size_rule, parent_run_id)
+    except RecordNotOpened as error:  # opened in the background: the job stopped at its key
+        print_failure(_cannot_record(cfg, error.error), None)
+        return None
+
+
+def _opens_in_background(cfg: DictConfig) -> bool:
+    """A single run into a sqlite store that exists opens its MLflow run while the job's worker
+    starts and sets its device up (Recorder, background=True; the worker compiles and times
+    only once the run is open). The run is opened first, as before, by a sweep's job (its
+    worker is already up, and the sweep's cache needs the run before the job goes on), for a
+    store yet to be created (MLflow's schema migrations, under a lock another process may
+    hold, take longer than the job's setup: the job starts once its run is recorded, so that a
+    Ctrl-C in its kernel does not wait for them to end the run KILLED), on a server (a request
+    that hangs stays interruptible), and for a job run in this process (isolate=false), whose
+    imports would run beside MLflow's."""
+    uri = str(cfg.tracking.uri)
+    database = sqlite_path(uri) if uri.startswith("sqlite:") else None
+    return (not in_sweep() and database is not None and database.is_file()
+            and bool(cfg.isolate or cfg.check.get("sanitizer")))
+
+
+def _cannot_record(cfg: DictConfig, error: BaseException) -> str:
+    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+    reason = first if isinstance(error, RunError) else f"{type(error).__name__}: {first}"
+    return f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: {reason}"
+
+
+def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
+                  size_rule: Optional[str], parent_run_id: Optional[str]) -> Optional[float]:
+    """The run, once its Recorder exists: RecordNotOpened where the Recorder opened in the
+    background could not open the MLflow run (nothing recorded: the caller says why)."""
+    backend_name = cfg.backend.name
+
+    def where() -> str:  # the run's id: once it is open (every finish() waits for it)
+        return (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
+                f"in {recorder.uri}")
+
     earlier = []
 
     def reuse_earlier(key: Optional[str]) -> bool:
+        # The worker compiles and times nothing before this answer: MLflow's run is open (and
+        # its import off the CPUs) before the job goes on, or the job stops here.
+        recorder.wait()
         if key:
             recorder.tags({KEY_TAG: key})
         if key and parent_run_id and not cfg.get("rerun", False):
@@ -140,10 +175,10 @@ def _run(cfg: DictConfig) -> Optional[float]:
         return False
 
     try:
+        recorder.start()  # in the background: the job goes to the worker meanwhile
         recorder.params(comparable_params(cfg))
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
-        recorder.metrics({metric(RECORD_OPEN): time.perf_counter() - opening})
         if size_rule:
             recorder.tags({names.SIZE_RULE: size_rule[:5000]})
             log.debug("size rule of %s: %s", cfg.kernel.name, size_rule)
@@ -162,38 +197,47 @@ def _run(cfg: DictConfig) -> Optional[float]:
         source = source_file_name(cfg.kernel, backend_name)
         finding = sanitizer_finding(tool, result.report, source) if tool and result.report \
             else None
+    except RecordNotOpened:  # nothing to record into: the caller says why
+        raise
     except RunError as error:  # refused or failed before the worker had the job
         recorder.finish(str(error), status="refused" if isinstance(error, Refused) else None)
-        print_failure(str(error), where)
+        print_failure(str(error), where())
         return None
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (runner/terminal/interrupts.py)
         reason = describe(interrupt)
-        with shielded():
-            recorder.finish(reason, status="killed")
-        print_failure(reason, where, recorded_as="KILLED")
+        recorded = True
+        with shielded():  # a run opened in the background is waited for, then ends KILLED
+            try:
+                recorder.finish(reason, status="killed")
+            except RecordNotOpened:  # the store could not be opened: nothing to end
+                recorded = False
+        print_failure(reason, where() if recorded else None, recorded_as="KILLED")
         interrupt.reported = True  # the command line exits 128 + signal without another line
         raise
     except BaseException as error:  # a bug: still recorded, then raised
-        recorder.finish(f"{type(error).__name__}: {error}")
+        try:
+            recorder.finish(f"{type(error).__name__}: {error}")
+        except RecordNotOpened:
+            pass  # the bug's own traceback says more than the store's error
         raise
     if finding:
         reason = f"{tool} found errors in {plan.name} at {size.label(plan.operation)}: {finding}"
         recorder.finish(reason)
-        print_failure(reason, where)
+        print_failure(reason, where())
         return None
     if result.status == "cached":
         metrics = reuse(recorder, earlier[0])
         recorder.finish(status="cached", headline=headline(metrics))
-        print_cached(plan, backend_name, metrics, earlier[0].info.run_id, where)
+        print_cached(plan, backend_name, metrics, earlier[0].info.run_id, where())
         return _rate(metrics)
     if result.status != "ok":
         recorder.finish(result.reason, status=None if result.status == "failed"
                         else result.status)
-        print_failure(result.reason, where)
+        print_failure(result.reason, where())
         return None
     if tool:
         recorder.finish(headline=f"{tool}: no errors")
-        print_sanitized(result.outcome, backend_name, tool, where)
+        print_sanitized(result.outcome, backend_name, tool, where())
         return 0.0  # verified and clean, but nothing was timed: no rate
     gpu = result.outcome.gpu
     unclean = f" · GPU {gpu.hygiene}" if gpu is not None and gpu.hygiene != "clean" else ""
@@ -201,7 +245,7 @@ def _run(cfg: DictConfig) -> Optional[float]:
     if host is not None and host.hygiene == "shared":
         unclean += " · host shared"
     recorder.finish(headline=headline(result.outcome.metrics) + unclean)
-    print_summary(result.outcome, backend_name, where)
+    print_summary(result.outcome, backend_name, where())
     return _rate(result.outcome.metrics)
 
 
@@ -225,8 +269,12 @@ def _quiet_console() -> None:
 def _hydra_main(cfg: DictConfig) -> Optional[float]:
     _quiet_console()
     result = run(cfg)
-    if result is None and not in_sweep():
-        sys.exit(1)
+    if not in_sweep():
+        command_line = sys.modules.get("runner.cli")
+        if command_line is not None:  # the run is recorded and printed: exit without teardown
+            command_line.single_run_ended()
+        if result is None:
+            sys.exit(1)
     return result
 
 

@@ -1,6 +1,7 @@
 """MLflow recording of one run: params, metrics, tags, artifacts, and FAILED with a reason."""
 
 import functools
+import gc
 import hashlib
 import json
 import logging
@@ -8,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -17,9 +19,10 @@ from omegaconf import DictConfig, OmegaConf
 from runner import __version__
 from runner.config.paths import PACKAGE_DIR, checkout_root
 from runner.record import names
-from runner.record.store import ensure_store, holding_signals
+from runner.record.store import check_scheme, ensure_store, holding_signals
 from runner.run.operations import check_tolerance
-from runner.terminal.interrupts import describe
+from runner.run.phases import RECORD_OPEN, metric
+from runner.terminal.interrupts import describe, shielded
 
 
 def _quiet_mlflow() -> None:
@@ -27,6 +30,29 @@ def _quiet_mlflow() -> None:
     # logger's level when imported, so this runs after the import.
     for noisy in ("alembic", "mlflow"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def _import_mlflow(uri: str):
+    """MLflow, and for a sqlite store its SQLAlchemy store's modules (most of opening a run:
+    about 1.4 s of a CPU), imported with the garbage collector held off where this process
+    imports them first: their half a million objects are all kept, and a collector scanning
+    them as they come takes a fifth of the import. They are then frozen out of the
+    collector's later passes, which would each scan them again (0.1 s) for nothing."""
+    first = "mlflow" not in sys.modules
+    collecting = first and gc.isenabled()
+    if collecting:
+        gc.disable()
+    try:
+        import mlflow
+
+        if uri.startswith("sqlite:"):
+            import mlflow.store.tracking.sqlalchemy_store
+    finally:
+        if collecting:
+            gc.freeze()
+            gc.enable()
+    _quiet_mlflow()
+    return mlflow
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, str]:
@@ -126,27 +152,62 @@ def git_commit(package_dir: Path = PACKAGE_DIR) -> Optional[str]:
 HEADLINE_METRICS = (names.GFLOPS, names.GBPS, names.PCT_OF_REFERENCE, names.PCT_OF_VENDOR)
 
 
+class RecordNotOpened(Exception):
+    """The MLflow run of a Recorder opened in the background could not be opened; `error` is
+    why (a RunError of the store's checks, or MLflow's own exception)."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
 class Recorder:
     """One MLflow run, opened at the start so that every outcome, failures too, is recorded.
 
     Inside a sweep the run is a child of the sweep's parent run (MLflow's `mlflow.parentRunId`).
-    Params go out at once; metrics, tags and artifacts are gathered and written together by
-    `finish()`, which every outcome reaches (failures and interrupts included): a handful of
-    store transactions per run instead of one per value, which is most of a sweep job's cost.
+    Params go out at once (in the background: with the rest); metrics, tags and artifacts are
+    gathered and written together by `finish()`, which every outcome reaches (failures and
+    interrupts included): a handful of store transactions per run instead of one per value,
+    which is most of a sweep job's cost.
+
+    `background=True` (a single run: runner/app.py) prepares the run in a thread from
+    `start()`: importing MLflow and opening (or creating) the store take about 1.1 s of a CPU,
+    which the job's worker spends meanwhile on its own start and its device's setup. Params are
+    then gathered too and go out with the rest in `finish()`. Whatever needs the run waits for
+    it: `wait()` (the run's id; the job's measurement key, before which the worker compiles and
+    times nothing, so that MLflow's work is off the CPUs by then) and `finish()`, which start
+    the run in the caller's thread once the thread is done, or raise RecordNotOpened where the
+    store could not be opened. Signals reach the main thread only, never the thread's store
+    calls; `finish()` waits for the thread, so an interrupted run ends KILLED as in sync mode.
     """
 
-    def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None):
-        import mlflow
-
-        _quiet_mlflow()
-        self._mlflow = mlflow
+    def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None,
+                 background: bool = False):
         self.run_name = run_name
         self.uri = tracking_cfg.uri
+        self.experiment = tracking_cfg.experiment
         self.run = None
+        self.run_id: Optional[str] = None
+        self.experiment_id: Optional[str] = None
+        self.open_s = 0.0  # the seconds opening the run took (in sync mode, writing params too)
         self._tags: dict[str, str] = {}
         self._params: dict[str, str] = {}
+        self._unwritten_params: dict[str, str] = {}
         self._metrics: dict[str, float] = {}
         self._texts: dict[str, str] = {}
+        self._background = background
+        self._opening: Optional[threading.Thread] = None
+        # Set by the opening thread as it ends. Waited for rather than the thread joined: a
+        # Ctrl-C that interrupts Thread.join marks a running thread stopped (CPython 3.11).
+        self._opened = threading.Event()
+        self._failure: Optional[BaseException] = None
+        self._parent_run_id = parent_run_id
+        self._start_tags: dict[str, str] = {}
+        if background:
+            check_scheme(self.uri)  # at once: no thread for a URI that names no store
+            return
+        started = time.perf_counter()
+        mlflow = self._mlflow = _import_mlflow(self.uri)
         try:
             with holding_signals(self.uri):  # a signal meanwhile is raised once the run is open
                 ensure_store(tracking_cfg.uri)
@@ -164,11 +225,79 @@ class Recorder:
             raise
         self.run_id = self.run.info.run_id
         self.experiment_id = self.run.info.experiment_id
+        self.open_s = time.perf_counter() - started
+
+    def _open_in_background(self) -> None:
+        """The opening thread: MLflow imported, the store opened (created, upgraded), the
+        experiment found or made, the provenance tags and MLflow's own context tags (the
+        commit, through GitPython) looked up, all of it ready for `wait()` to start the run in
+        the caller's thread, as the fluent API's active run (mlflow.last_active_run() and
+        end_run() are per thread), with one store write."""
+        started = time.perf_counter()
+        try:
+            mlflow = self._mlflow = _import_mlflow(self.uri)
+            from mlflow.tracking.context import registry as context_registry
+
+            ensure_store(self.uri)
+            mlflow.set_tracking_uri(self.uri)
+            self.experiment_id = experiment_for(self.uri, self.experiment)
+            mlflow.set_experiment(experiment_id=self.experiment_id)
+            tags = provenance_tags()
+            if self._parent_run_id:
+                tags[names.PARENT_RUN_ID] = self._parent_run_id
+            context_registry.resolve_tags(tags)  # looked up once here; start_run's is cached
+            self._start_tags = tags
+        except BaseException as error:  # said by the caller's thread, where it waits
+            self._failure = error
+        finally:
+            self.open_s = time.perf_counter() - started
+            self._opened.set()
+
+    def start(self) -> None:
+        """Start opening the run in the background (once; nothing in sync mode, where the
+        constructor opened it). The caller holds the Recorder before the thread exists, so that
+        a Ctrl-C at any moment after this call finds a run to end KILLED (`finish`)."""
+        if self._background and self._opening is None:
+            with shielded():  # started whole or not at all: a Ctrl-C meanwhile comes after
+                opening = threading.Thread(target=self._open_in_background, daemon=True,
+                                           name="gemmlab-recorder-open")
+                opening.start()
+                self._opening = opening
+
+    def wait(self) -> None:
+        """Return once the run is open (at once where the constructor opened it): in the
+        background, once the thread is done (started here if `start` was not), the run started
+        in this thread. RecordNotOpened where it could not be. Ctrl-C interrupts the wait, not
+        the opening, which `finish` then waits for; one that comes while the run is started is
+        raised once it is (as in the constructor)."""
+        if self._background and self.run is None and self._failure is None:
+            self.start()
+            self._opened.wait()
+            if self._failure is None:
+                started = time.perf_counter()
+                try:
+                    with holding_signals(self.uri):
+                        run = self._mlflow.start_run(experiment_id=self.experiment_id,
+                                                     run_name=self.run_name,
+                                                     tags=self._start_tags)
+                        self.run, self.run_id = run, run.info.run_id
+                except Exception as error:
+                    self._failure = error
+                finally:
+                    self.open_s += time.perf_counter() - started
+        if self._failure is not None:
+            raise RecordNotOpened(self._failure) from self._failure
 
     def params(self, params: Mapping[str, Any]) -> None:
-        with holding_signals(self.uri):
-            self._mlflow.log_params({k: str(v) for k, v in params.items()})
-        self._params.update({k: str(v) for k, v in params.items()})
+        params = {k: str(v) for k, v in params.items()}
+        if self._background:
+            self._unwritten_params.update(params)
+        else:
+            started = time.perf_counter()
+            with holding_signals(self.uri):
+                self._mlflow.log_params(params)
+            self.open_s += time.perf_counter() - started
+        self._params.update(params)
 
     def tags(self, tags: Mapping[str, Any]) -> None:
         self._tags.update({k: str(v) for k, v in tags.items() if v is not None})
@@ -180,7 +309,7 @@ class Recorder:
         self._texts[artifact_path] = text
 
     def _flush(self) -> None:
-        from mlflow.entities import Metric, RunTag
+        from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         # The UI's compare view plots the first metric the runs share: make it the rate.
@@ -188,7 +317,9 @@ class Recorder:
                          if item[0] in HEADLINE_METRICS else len(HEADLINE_METRICS))
         self._mlflow.MlflowClient().log_batch(
             self.run_id, metrics=[Metric(k, v, now, 0) for k, v in ordered],
+            params=[Param(k, v) for k, v in self._unwritten_params.items()],
             tags=[RunTag(k, v) for k, v in self._tags.items()])
+        self._unwritten_params = {}
         if self._texts:
             with tempfile.TemporaryDirectory() as folder:
                 for artifact_path, text in self._texts.items():
@@ -205,10 +336,14 @@ class Recorder:
         The run name leads with the kernel and size, then the result read from what was
         recorded (`397,645 GFLOPS · 98% cuBLAS TF32`: the rate and its % of the library of the
         step's own precision), or the status, or `headline` where no rate was recorded (a
-        sanitizer's verdict), then backend and tiling (runner/results/records.py, run_title)."""
+        sanitizer's verdict), then backend and tiling (runner/results/records.py, run_title).
+        A run opened in the background is waited for (RecordNotOpened where it could not be)."""
         # Pure helpers on names (no MLflow, no pipeline): the same words the pages read back.
         from runner.results.records import headline_of, run_title
 
+        self.wait()
+        # How long opening the run took (a reused measurement keeps the one it copied).
+        self._metrics.setdefault(metric(RECORD_OPEN), self.open_s)
         if failure is None:
             self.tags({names.STATUS: status or "ok"})
         else:
