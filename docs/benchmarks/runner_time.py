@@ -27,6 +27,7 @@ from mlflow.tracking import MlflowClient
 
 from runner.record import names
 
+
 def sweep_parent(client: MlflowClient, experiment: str):
     found = client.get_experiment_by_name(experiment)
     runs = client.search_runs([found.experiment_id], f"tags.`{names.SWEEP}` = 'true'",

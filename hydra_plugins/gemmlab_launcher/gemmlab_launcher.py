@@ -15,7 +15,13 @@ from typing import List, Sequence
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.config_store import ConfigStore
-from hydra.core.utils import JobReturn, configure_log, filter_overrides, run_job, setup_globals
+from hydra.core.utils import (
+    JobReturn,
+    configure_log,
+    filter_overrides,
+    run_job,
+    setup_globals,
+)
 from omegaconf import open_dict
 
 log = logging.getLogger(__name__)

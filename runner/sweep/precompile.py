@@ -40,7 +40,11 @@ class CompileRequest:
 def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
     """The compile a CUDA job will ask for, as its run derives it (size rules, plan, source
     with include_first); None for another backend or a job its own run will refuse."""
-    from runner.config.paths import kernel_source_path, kernel_source_text, source_file_name
+    from runner.config.paths import (
+        kernel_source_path,
+        kernel_source_text,
+        source_file_name,
+    )
     from runner.config.size_rules import apply_size_rules, pinned_params
     from runner.config.spec import ProblemSize, plan_kernel
 
