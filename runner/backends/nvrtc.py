@@ -199,11 +199,10 @@ def _cache_read(path: Path) -> Optional[NvrtcOutput]:
         return None  # not there, or not whole: compiled again
 
 
-def _cache_write(path: Path, output: NvrtcOutput) -> None:
-    """Whole or not at all (a reader in another process meanwhile sees the old state);
-    a cache that cannot be written is no error: the next process compiles again."""
-    data = {"cubin": base64.b64encode(output.cubin).decode(), "log": output.log,
-            "options": list(output.options), "ptx": output.ptx, "lowered": dict(output.lowered)}
+def cache_write(path: Path, data: dict) -> None:
+    """A compile-cache entry, whole or not at all (a reader in another process meanwhile sees
+    the old state); a cache that cannot be written is no error: the next process does the work
+    again."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
@@ -211,6 +210,12 @@ def _cache_write(path: Path, output: NvrtcOutput) -> None:
         os.replace(partial, path)
     except OSError:
         pass
+
+
+def _cache_write(path: Path, output: NvrtcOutput) -> None:
+    cache_write(path, {"cubin": base64.b64encode(output.cubin).decode(), "log": output.log,
+                       "options": list(output.options), "ptx": output.ptx,
+                       "lowered": dict(output.lowered)})
 
 
 def _nvrtc_compile(source: str, source_name: str, defines: tuple, compute_capability: int,

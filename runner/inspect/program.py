@@ -94,13 +94,9 @@ def disassemble(cubin: bytes) -> tuple[Optional[str], str]:
             pass
     sass, how = _disassemble(cubin)
     if path is not None and sass:
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-            partial.write_text(json.dumps({"sass": sass, "how": how}))
-            os.replace(partial, path)  # whole, for a reader in another process
-        except OSError:
-            pass
+        from runner.backends.nvrtc import cache_write
+
+        cache_write(path, {"sass": sass, "how": how})
     return sass, how
 
 
