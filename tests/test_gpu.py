@@ -33,9 +33,11 @@ def _run_recorded(store, name: str, *overrides: str):
     composed and the run MLflow recorded."""
     cfg = compose_config(f"kernel={name}", *overrides, "timing.repeats=3", "timing.warmup=1",
                          f"tracking.uri={store}")
-    assert run(cfg) is not None
+    rate = run(cfg)
     mlflow.set_tracking_uri(store)
-    return cfg, mlflow.get_run(mlflow.last_active_run().info.run_id)
+    recorded = mlflow.get_run(mlflow.last_active_run().info.run_id)
+    assert rate is not None, (recorded.info.status, recorded.data.tags.get("failure_reason"))
+    return cfg, recorded
 
 
 def _run_verified(store, name: str, *overrides: str, max_rel_error: float | None = None):
