@@ -1,5 +1,7 @@
 """gemmlab's Hydra launcher: Hydra's basic launcher (one job after another, in this process),
-with the batch's CUDA programs compiled ahead of their jobs (runner/sweep/precompile.py).
+with the batch's CUDA programs compiled ahead of their jobs (runner/sweep/precompile.py) and
+each job's inputs, reference and vendor baseline prepared by the worker while this process
+sets the job up (runner/run/ahead.py).
 
 Hydra finds launchers only in the `hydra_plugins` namespace package; conf/config.yaml selects
 this one (`override hydra/launcher: gemmlab`). Each job's config is composed once, before the
@@ -22,7 +24,7 @@ from hydra.core.utils import (
     run_job,
     setup_globals,
 )
-from omegaconf import open_dict
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,11 @@ class _ComposedOnce:
         self._kept.clear()
 
 
+def _without_hydra(config: DictConfig) -> DictConfig:
+    """A composed job config as its run gets it (Hydra's run_job takes the `hydra` node out)."""
+    return OmegaConf.masked_copy(config, [key for key in config if key != "hydra"])
+
+
 class GemmlabLauncher(BasicLauncher):
     def setup(self, *, hydra_context, task_function, config) -> None:
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
@@ -66,6 +73,7 @@ class GemmlabLauncher(BasicLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
+        from runner.job.supervisor import expect_next
         from runner.sweep.precompile import Precompiler, request_of
 
         setup_globals()
@@ -79,17 +87,22 @@ class GemmlabLauncher(BasicLauncher):
         runs: List[JobReturn] = []
         with Precompiler([request_of(config, overrides)
                           for config, overrides in zip(configs, job_overrides)]):
-            for index, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
-                index += initial_job_idx
-                log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
-                with open_dict(sweep_config):
-                    sweep_config.hydra.job.id = index
-                    sweep_config.hydra.job.num = index
-                runs.append(run_job(hydra_context=self.hydra_context,
-                                    task_function=self.task_function, config=sweep_config,
-                                    job_dir_key="hydra.sweep.dir",
-                                    job_subdir_key="hydra.sweep.subdir"))
-                configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            try:
+                for index, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
+                    following = configs[index + 1] if index + 1 < len(configs) else None
+                    expect_next(None if following is None else _without_hydra(following))
+                    index += initial_job_idx
+                    log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
+                    with open_dict(sweep_config):
+                        sweep_config.hydra.job.id = index
+                        sweep_config.hydra.job.num = index
+                    runs.append(run_job(hydra_context=self.hydra_context,
+                                        task_function=self.task_function, config=sweep_config,
+                                        job_dir_key="hydra.sweep.dir",
+                                        job_subdir_key="hydra.sweep.subdir"))
+                    configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+            finally:
+                expect_next(None)
         loader = self.hydra_context.config_loader.load_sweep_config
         if isinstance(loader, _ComposedOnce):
             loader.forget()  # configs composed for this batch and not launched: not needed again

@@ -112,6 +112,31 @@ def _close_shared_worker() -> None:
         _worker.close(wait_s=5)
 
 
+_next_job = None  # the config of the job after the one running (expect_next)
+
+
+def expect_next(cfg) -> None:
+    """Say which job follows the one about to run (gemmlab's launcher, a sweep's batch): once
+    this one ends, its worker prepares what that job shares with no kernel while this process
+    records this one and sets the next up (runner/run/ahead.py). None: nothing follows."""
+    global _next_job
+    _next_job = cfg
+
+
+def _send_ahead(worker: Worker, result: Optional[JobResult]) -> None:
+    """The next job to the worker that ran this one, if it stays (not after a fault, a hang
+    or a crash) and measured (a job that reused an earlier measurement is likely followed by
+    another: preparing it would only delay that)."""
+    global _next_job
+    upcoming, _next_job = _next_job, None
+    if upcoming is None or result is None or not result.reusable or result.status == "cached":
+        return
+    try:
+        worker.conn.send(("ahead", upcoming))
+    except (OSError, ValueError):  # the worker is gone: the next job starts another
+        pass
+
+
 def prestart() -> None:
     """Start the worker now, so that its imports overlap the caller's (MLflow's) own."""
     if _worker is None:
@@ -189,6 +214,7 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
         result = None
         try:
             result = _relay(worker, cfg, recorder, reuse_earlier, size_label, bars)
+            _send_ahead(worker, result)
             return result
         finally:
             bars(("end",))

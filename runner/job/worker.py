@@ -3,13 +3,18 @@
 Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervisor pid>`
 (under compute-sanitizer or Oclgrind when a run asks for one), it talks over the socket `fd`:
 
-    supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("exit",)
+    supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("ahead", next job's cfg)
+                           ("exit",)
     worker -> supervisor   ("phase", name)  ("bar", ...)  ("record", method, args)
                            ("key", measurement key)  ("phases", {phase: seconds}) before
                            the last, which is one of: ("done", outcome),
                            ("cached",), ("refused", reason), ("failed", reason),
                            ("impossible", reason),
                            ("fault", what), ("crash", traceback)
+
+("ahead", cfg) comes between jobs of a sweep: the worker prepares what that job shares with
+no kernel (runner/run/ahead.py) and answers nothing; the job records how long that took as
+`time_s/ahead`, which overlapped the sweep's own work between the jobs.
 
 Everything the run would record goes back as ("record", …) at once, so a worker killed halfway
 leaves its run recorded with what it had. After a fault or a crash the worker exits: its device
@@ -25,6 +30,9 @@ import traceback
 from multiprocessing.connection import Connection
 
 log = logging.getLogger("runner")
+
+# Seconds spent preparing the coming job ahead of it, recorded by that job.
+_ahead_s = 0.0
 
 # The OpenCL devices this process has named in the log (how it was chosen): once each, not
 # once per job of a sweep (each run records its device in its tags).
@@ -95,9 +103,11 @@ def run_job(conn: Connection, cfg) -> bool:
     from runner.record import names
     from runner.record.resume import measurement_key
     from runner.run.execute import execute
-    from runner.run.phases import PhaseClock
+    from runner.run.guards import drop_staged
+    from runner.run.phases import AHEAD, PhaseClock, metric
     from runner.terminal import progress as progress_bars
 
+    global _ahead_s
     clock = PhaseClock()
 
     def enter(phase: str) -> None:
@@ -114,6 +124,9 @@ def run_job(conn: Connection, cfg) -> bool:
     try:
         enter("setup")
         send(("record", "tags", ({names.WORKER_PID: str(os.getpid())},)))
+        if _ahead_s:
+            send(("record", "metrics", ({metric(AHEAD): _ahead_s},)))
+            _ahead_s = 0.0
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
         if cfg.check.get("sanitizer") and cfg.backend.name == "cuda":
             # CuPy's pool hands out pieces of larger allocations, inside which compute-sanitizer
@@ -152,9 +165,12 @@ def run_job(conn: Connection, cfg) -> bool:
         fault = describe_fault(error)
         send(("fault", fault) if fault else ("crash", traceback.format_exc()))
         return False
+    finally:
+        drop_staged()  # what was staged for this job and not taken
 
 
 def main() -> None:
+    global _ahead_s
     fd, supervisor_pid = int(sys.argv[1]), int(sys.argv[2])
     _exit_with_supervisor(supervisor_pid)
     sys.unraisablehook = _quiet_after_faults
@@ -167,6 +183,11 @@ def main() -> None:
             message = conn.recv()
         except (EOFError, OSError):
             break
+        if message[0] == "ahead":
+            from runner.run.ahead import prepare_ahead
+
+            _ahead_s = prepare_ahead(message[1])
+            continue
         if message[0] != "job" or not run_job(conn, message[1]):
             break
     sys.stdout.flush()

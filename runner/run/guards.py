@@ -46,11 +46,29 @@ def _padded(count: int, guard: int, inner: Optional[np.ndarray]) -> np.ndarray:
     return host.view(np.float32)
 
 
+# Buffers made before their job asked for them (runner/run/ahead.py), each taken once by the
+# guarded_upload or guarded_alloc call it stands for: the same allocation that call would make,
+# untouched since. Keyed by the backend object and the array itself (a staged buffer holds its
+# array, so the id stays that array's) or, for an output, its size.
+_staged: dict[tuple, GuardedBuffer] = {}
+
+
+def _upload_key(backend: Backend, array: np.ndarray, guard: int) -> tuple:
+    return (id(backend), "upload", id(array), guard)
+
+
+def _alloc_key(backend: Backend, count: int, guard: int) -> tuple:
+    return (id(backend), "alloc", count, guard)
+
+
 def guarded_upload(backend: Backend, array: np.ndarray, row_floats: int,
                    guarded: bool = True) -> GuardedBuffer:
     """`array` on the device between two guards; with `guarded` false, alone (a sanitizer
     checks the bounds of the allocation itself, which guards would widen)."""
     guard = guard_floats(row_floats) if guarded else 0
+    staged = _staged.pop(_upload_key(backend, array, guard), None)
+    if staged is not None:
+        return staged
     whole = backend.upload(_padded(array.size, guard, array))
     inner = backend.view(whole, guard, array.size) if guard else whole
     return GuardedBuffer(whole, inner, guard, array.size, array)
@@ -60,9 +78,32 @@ def guarded_alloc(backend: Backend, count: int, row_floats: int,
                   guarded: bool = True) -> GuardedBuffer:
     count = max(1, count)
     guard = guard_floats(row_floats) if guarded else 0
+    staged = _staged.pop(_alloc_key(backend, count, guard), None)
+    if staged is not None:
+        return staged
     whole = backend.upload(_padded(count, guard, None))
     inner = backend.view(whole, guard, count) if guard else whole
     return GuardedBuffer(whole, inner, guard, count)
+
+
+def stage_upload(backend: Backend, array: np.ndarray, row_floats: int) -> None:
+    """`guarded_upload(backend, array, row_floats)` now, for the job that will ask for it."""
+    guard = guard_floats(row_floats)
+    if _upload_key(backend, array, guard) not in _staged:
+        _staged[_upload_key(backend, array, guard)] = guarded_upload(backend, array, row_floats)
+
+
+def stage_alloc(backend: Backend, count: int, row_floats: int) -> None:
+    """`guarded_alloc(backend, count, row_floats)` now, for the job that will ask for it."""
+    count, guard = max(1, count), guard_floats(row_floats)
+    if _alloc_key(backend, count, guard) not in _staged:
+        _staged[_alloc_key(backend, count, guard)] = guarded_alloc(backend, count, row_floats)
+
+
+def drop_staged() -> None:
+    """Let go of staged buffers no job took (the job they were for was refused, reused an
+    earlier measurement, or failed before its uploads)."""
+    _staged.clear()
 
 
 def _first(indices: np.ndarray) -> int:

@@ -275,6 +275,17 @@ def _float64_reference(A: np.ndarray, B: np.ndarray, full: bool, sample_rows: in
     return entry
 
 
+def prepare_reference(problem: Problem, check_cfg, seed: int) -> None:
+    """The float64 reference `check_result` will compare this problem's result with, made now
+    and kept as that call keeps it (runner/run/ahead.py); nothing for a copy or transpose,
+    whose reference is the input itself."""
+    if problem.operation is not Operation.sgemm:
+        return
+    A, B = problem.inputs["A"], problem.inputs["B"]
+    full = A.shape[0] * B.shape[1] * A.shape[1] <= check_cfg.full_reference_max_macs
+    _float64_reference(A, B, full, check_cfg.sample_rows, check_cfg.sample_cols, seed)
+
+
 def clear_caches() -> bool:
     """Forget every kept problem and reference (tests; a worker that must give memory back).
     Whether anything was kept."""

@@ -25,6 +25,9 @@ PHASES = tuple(LIMIT_OF)
 # Recorded beside the stages by the supervisor (runner/app.py, runner/job/supervisor.py).
 RECORD_OPEN = "record_open"  # the MLflow run opened, its params and config written
 WORKER = "worker"  # the job's wall in the worker less its stages: messages, a worker's start
+# Recorded apart: the job's share prepared in the worker before the job was sent
+# (runner/run/ahead.py), while the sweep's process was busy between jobs; on no one's clock.
+AHEAD = "ahead"
 
 
 def metric(phase: str) -> str:

@@ -1,0 +1,73 @@
+"""A sweep's next job, prepared in the worker while the sweep's own process sets it up.
+
+Between two jobs the worker waits while the sweep's process ends one job's record and composes,
+opens and sends the next (0.2-0.3 s a job on an H100 host). gemmlab's launcher tells the
+supervisor which job comes next; as soon as a job ends the supervisor sends that config to the
+worker (`("ahead", cfg)`), which does the parts of the job that do not depend on its kernel,
+through the calls and caches the job itself uses: the inputs drawn (make_problem), their float64
+reference, the buffers uploaded between their guards, and on a GPU the vendor library's
+baseline. The job then finds them ready.
+
+Nothing is checked or measured differently: the kernel's launches all happen in its job, and
+the baseline is the one that job would have measured (vendor_baseline, once per problem and
+settings in a worker either way). On a CPU device the baseline stays in the job: there the
+sweep's process would share the CPUs with it. A job that does not come (refused, a measurement
+reused, an interrupted sweep) leaves its buffers to the end of the next job, which drops them;
+anything that fails here is done again by the job, which says what failed.
+"""
+
+import logging
+import time
+
+log = logging.getLogger(__name__)
+
+# Staged buffers are a second copy of a job's inputs on the device next to the last job's
+# (still in CuPy's pool): staged only while they take at most this share of its memory.
+STAGE_SHARE = 0.25
+
+
+def prepare_ahead(cfg) -> float:
+    """Prepare what `cfg`'s job shares with no kernel; the seconds it took."""
+    started = time.perf_counter()
+    try:
+        _prepare(cfg)
+    except Exception as error:  # the job does it again and reports what fails
+        log.debug("nothing prepared ahead of %s: %s", cfg.kernel.get("name"), error)
+    return time.perf_counter() - started
+
+
+def _prepare(cfg) -> None:
+    from runner.backends import make_backend
+    from runner.config.schema import Operation
+    from runner.config.spec import ProblemSize, plan_kernel
+    from runner.run.guards import drop_staged, stage_alloc, stage_upload
+    from runner.run.limits import check_host_memory
+    from runner.run.operations import (
+        effective_check,
+        make_problem,
+        operation_floats,
+        prepare_reference,
+    )
+    from runner.run.vendor import vendor_baseline
+    from runner.terminal import progress as progress_bars
+
+    progress_bars.forward_to(lambda message: None)  # no job to draw them under; its run resets
+    if cfg.check.get("sanitizer") or cfg.get("gpus", 0):
+        return  # a worker of its own under the tool, or a GPU claimed when the job starts
+    plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
+    backend = make_backend(cfg.backend)
+    device = backend.device_info()
+    floats = operation_floats(plan.operation, plan.size)
+    check_host_memory(plan, floats)  # Refused: too large to keep a second problem
+    problem = make_problem(plan.operation, plan.size, cfg.seed, plan.blas_beta != 0.0)
+    check_cfg = effective_check(cfg)
+    prepare_reference(problem, check_cfg, cfg.seed)
+    if sum(floats.values()) * 4 <= STAGE_SHARE * device.global_memory_bytes:
+        drop_staged()
+        for array in (*problem.inputs.values(), *problem.initial.values()):
+            stage_upload(backend, array, array.shape[-1])
+        if not problem.initial:
+            rows, cols = problem.output_shape
+            stage_alloc(backend, rows * cols, cols)
+    if device.device_type != "cpu" and plan.operation is Operation.sgemm:
+        vendor_baseline(backend, plan, problem, {}, cfg.timing, check_cfg, cfg.seed)
