@@ -95,6 +95,21 @@ def test_no_baseline_is_measured_ahead_on_a_cpu(monkeypatch):
     assert len(guards._staged) == 3
 
 
+def test_the_device_is_opened_as_the_jobs_will_ask_for_it(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from runner import backends
+    from runner.run.ahead import warm_up
+
+    monkeypatch.setattr(backends, "_made", {})  # a fresh worker's
+    cfg = compose_config(*CPU, "kernel=matmul_2")
+    warm_up(OmegaConf.to_container(cfg.backend, resolve=True, enum_to_str=True))
+    assert len(backends._made) == 1
+    opened = next(iter(backends._made.values()))
+    assert make_backend(cfg.backend) is opened  # the job's own call: the backend opened ahead
+    warm_up({"name": "no-such-backend"})  # said by the first job, not here
+
+
 def test_buffers_staged_for_a_job_that_does_not_take_them_are_dropped(tmp_path):
     from runner.app import run
 
@@ -126,9 +141,8 @@ def test_a_sweeps_jobs_record_their_stages_and_what_was_prepared_ahead(tmp_path)
         assert set(PHASES) >= {key[len("time_s/"):] for key in job.data.metrics
                                if key.startswith("time_s/")} - {"kernel_work", "record_open",
                                                                 "worker", AHEAD}
-    # the first job had nothing before it; each later one was prepared while the last ended
-    assert metric(AHEAD) not in jobs[0].data.metrics
-    assert all(job.data.metrics[metric(AHEAD)] > 0 for job in jobs[1:])
+    # the first prepared as soon as it was composed, each later one while the last ended
+    assert all(job.data.metrics[metric(AHEAD)] > 0 for job in jobs)
 
 
 @pytest.mark.gpu

@@ -104,3 +104,21 @@ def test_the_pool_disassembles_for_the_record_and_the_run_reads_it(cache, monkey
     monkeypatch.setattr(program, "_disassemble", lambda cubin: pytest.fail("disassembled again"))
     sass, how = program.disassemble(output.cubin)
     assert sass and "nvdisasm" in how or "cuobjdump" in how
+
+
+def test_a_batchs_first_program_is_compiled_ahead_in_its_worker(cache, monkeypatch):
+    """prepare_ahead with the first job's request (runner/run/ahead.py): into the cache the
+    job reads; nothing where the cache is off (the job would compile it again anyway)."""
+    from runner.run.ahead import prepare_ahead
+
+    cfg = compose_config("backend=cuda", "kernel=matmul_4", "size=256",
+                         "backend.compile_only_cc=90")
+    request = precompile.request_of(cfg, [])
+    monkeypatch.setitem(precompile._capabilities, 0, 90)
+    prepare_ahead(cfg, request)  # its inputs need a device: skipped without one, not the compile
+    assert len(entries(cache)) == 1
+    monkeypatch.setenv(nvrtc.CACHE_ENV, "off")
+    called = []
+    monkeypatch.setattr(precompile, "_compile", lambda request: called.append(request))
+    prepare_ahead(cfg, request)
+    assert called == []

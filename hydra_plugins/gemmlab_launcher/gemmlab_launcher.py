@@ -73,7 +73,7 @@ class GemmlabLauncher(BasicLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from runner.job.supervisor import expect_next
+        from runner.job.supervisor import expect_next, prepare_first
         from runner.sweep.precompile import Precompiler, request_of
 
         setup_globals()
@@ -82,11 +82,16 @@ class GemmlabLauncher(BasicLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs locally")
-        configs = [self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-                   for overrides in job_overrides]
+        configs, requests = [], []
+        for overrides in job_overrides:
+            config = self.hydra_context.config_loader.load_sweep_config(self.config,
+                                                                        list(overrides))
+            configs.append(config)
+            requests.append(request_of(config, overrides))
+            if len(configs) == 1:  # its worker prepares it while the rest are composed
+                prepare_first(_without_hydra(config), requests[0])
         runs: List[JobReturn] = []
-        with Precompiler([request_of(config, overrides)
-                          for config, overrides in zip(configs, job_overrides)]):
+        with Precompiler(requests):
             try:
                 for index, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
                     following = configs[index + 1] if index + 1 < len(configs) else None

@@ -137,6 +137,36 @@ def _send_ahead(worker: Worker, result: Optional[JobResult]) -> None:
         pass
 
 
+def _in_shared_worker(cfg) -> bool:
+    """Whether `cfg`'s job runs in this process's shared worker (not in this process, not in a
+    sanitizer's worker of its own, not on a GPU claimed from a pool)."""
+    return bool(cfg.get("isolate", True)) and not sanitizer_of(cfg) and not cfg.get("gpus", 0)
+
+
+def prepare_first(cfg, compile_request=None) -> None:
+    """Have the worker (started now if need be) prepare `cfg`'s job at once, its program
+    compiled too where `compile_request` says how (gemmlab's launcher: a batch's first job,
+    while this process composes the rest and sets that one up)."""
+    if _in_shared_worker(cfg):
+        try:
+            _shared_worker().conn.send(("ahead", cfg, compile_request))
+        except (OSError, ValueError):  # the job starts a worker of its own
+            pass
+
+
+def warm(cfg) -> None:
+    """Start the worker and have it open `cfg`'s device while this process imports MLflow
+    and composes the sweep's jobs (runner/sweep/callback.py, a sweep's start)."""
+    if _in_shared_worker(cfg):
+        from omegaconf import OmegaConf
+
+        backend = OmegaConf.to_container(cfg.backend, resolve=True, enum_to_str=True)
+        try:
+            _shared_worker().conn.send(("warm", backend))
+        except (OSError, ValueError):
+            pass
+
+
 def prestart() -> None:
     """Start the worker now, so that its imports overlap the caller's (MLflow's) own."""
     if _worker is None:

@@ -3,8 +3,9 @@
 Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervisor pid>`
 (under compute-sanitizer or Oclgrind when a run asks for one), it talks over the socket `fd`:
 
-    supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("ahead", next job's cfg)
-                           ("exit",)
+    supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("exit",)
+                           ("ahead", a coming job's cfg[, its CompileRequest])
+                           ("warm", the sweep's backend config as a dict)
     worker -> supervisor   ("phase", name)  ("bar", ...)  ("record", method, args)
                            ("key", measurement key)  ("phases", {phase: seconds}) before
                            the last, which is one of: ("done", outcome),
@@ -12,9 +13,10 @@ Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervi
                            ("impossible", reason),
                            ("fault", what), ("crash", traceback)
 
-("ahead", cfg) comes between jobs of a sweep: the worker prepares what that job shares with
-no kernel (runner/run/ahead.py) and answers nothing; the job records how long that took as
-`time_s/ahead`, which overlapped the sweep's own work between the jobs.
+("ahead", cfg) comes between jobs of a sweep (and before a batch's first): the worker prepares
+what that job shares with no kernel (runner/run/ahead.py) and answers nothing; the job records
+how long that took as `time_s/ahead`, which overlapped the sweep's own work. ("warm", backend)
+at a sweep's start opens the device. Neither is answered.
 
 Everything the run would record goes back as ("record", …) at once, so a worker killed halfway
 leaves its run recorded with what it had. After a fault or a crash the worker exits: its device
@@ -186,7 +188,12 @@ def main() -> None:
         if message[0] == "ahead":
             from runner.run.ahead import prepare_ahead
 
-            _ahead_s = prepare_ahead(message[1])
+            _ahead_s = prepare_ahead(*message[1:])
+            continue
+        if message[0] == "warm":
+            from runner.run.ahead import warm_up
+
+            warm_up(message[1])
             continue
         if message[0] != "job" or not run_job(conn, message[1]):
             break

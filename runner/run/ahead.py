@@ -6,7 +6,9 @@ supervisor which job comes next; as soon as a job ends the supervisor sends that
 worker (`("ahead", cfg)`), which does the parts of the job that do not depend on its kernel,
 through the calls and caches the job itself uses: the inputs drawn (make_problem), their float64
 reference, the buffers uploaded between their guards, and on a GPU the vendor library's
-baseline. The job then finds them ready.
+baseline. The job then finds them ready. A batch's first job is sent to the worker as soon as
+it is composed, with its program to compile (the compile pool takes the others), and at the
+start of a sweep the worker opens the device (`warm_up`) while MLflow is imported.
 
 Nothing is checked or measured differently: the kernel's launches all happen in its job, and
 the baseline is the one that job would have measured (vendor_baseline, once per problem and
@@ -26,13 +28,37 @@ log = logging.getLogger(__name__)
 STAGE_SHARE = 0.25
 
 
-def prepare_ahead(cfg) -> float:
-    """Prepare what `cfg`'s job shares with no kernel; the seconds it took."""
+def warm_up(backend_cfg: dict) -> None:
+    """At a sweep's start, while its process imports MLflow and composes the jobs: the run's
+    modules imported and the device opened (CuPy and the CUDA context, or the OpenCL context)
+    as the jobs' make_backend will ask for it."""
+    try:
+        from omegaconf import OmegaConf
+
+        import runner.run.execute  # noqa: F401  (numpy, the pipeline)
+        from runner.backends import make_backend
+
+        make_backend(OmegaConf.create(backend_cfg)).device_info()
+    except Exception as error:  # the first job opens it and says what fails
+        log.debug("the device was not opened ahead of the sweep: %s", error)
+
+
+def prepare_ahead(cfg, compile_request=None) -> float:
+    """Prepare what `cfg`'s job shares with no kernel, and with `compile_request` (a batch's
+    first job, which the compile pool leaves to its own job) its program too; the seconds it
+    took."""
     started = time.perf_counter()
     try:
         _prepare(cfg)
     except Exception as error:  # the job does it again and reports what fails
         log.debug("nothing prepared ahead of %s: %s", cfg.kernel.get("name"), error)
+    if compile_request is not None:
+        try:
+            from runner.sweep.precompile import compile_ahead
+
+            compile_ahead(compile_request)
+        except Exception as error:  # its job compiles it and reports what fails
+            log.debug("%s was not compiled ahead: %s", cfg.kernel.get("name"), error)
     return time.perf_counter() - started
 
 

@@ -661,16 +661,8 @@ class SweepRecorder(Callback):
             self._start(config)
 
     def _start(self, config: DictConfig) -> None:
-        from mlflow.tracking import MlflowClient
-
-        from runner.record.store import ensure_store
-        from runner.record.tracking import (
-            _quiet_mlflow,
-            experiment_for,
-            provenance_tags,
-        )
-
         tracking = config.tracking
+        launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
         pool = OmegaConf.select(config, "gpus")
         if isinstance(pool, int) and pool > 0:  # before anything is recorded or launched
             from runner.sweep.gpu_pool import pool_refusal
@@ -681,6 +673,19 @@ class SweepRecorder(Callback):
 
                 print_failure(refusal, None)
                 sys.exit(1)
+        if launcher.endswith(".GemmlabLauncher"):  # its jobs run in this process's worker
+            from runner.job.supervisor import warm
+
+            warm(config)  # the device opened beside MLflow's import and the jobs' composing
+        from mlflow.tracking import MlflowClient
+
+        from runner.record.store import ensure_store
+        from runner.record.tracking import (
+            _quiet_mlflow,
+            experiment_for,
+            provenance_tags,
+        )
+
         _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
         try:
             ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
@@ -696,7 +701,6 @@ class SweepRecorder(Callback):
         self._expected = expected_jobs(config)
         self._name = sweep_name(config, definition)
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
-        launcher = OmegaConf.select(config, "hydra.launcher._target_") or "?"
         tags = {**provenance_tags(), names.SWEEP: "true",
                 names.SWEEP_OVERRIDES: " ".join(config.hydra.overrides.task),
                 names.SWEEP_SWEEPER: sweeper.rsplit(".", 1)[-1],

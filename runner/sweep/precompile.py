@@ -80,6 +80,15 @@ def _compile(request: CompileRequest) -> None:
         disassemble(output.cubin)
 
 
+def compile_ahead(request: CompileRequest) -> None:
+    """A batch's first program, compiled in the job's own worker while the sweep's process
+    sets the job up (runner/run/ahead.py): into the compile cache, where its job finds it."""
+    from runner.backends.nvrtc import cache_folder
+
+    if cache_folder() is not None:
+        _compile(request)
+
+
 _capabilities: dict = {}
 
 
