@@ -41,11 +41,14 @@ ConfigStore.instance().store(group="hydra/launcher", name="gemmlab", node=Gemmla
 class _ComposedOnce:
     """The config loader's `load_sweep_config`, keeping each result until it is asked for
     again with the same overrides (the sweeper's validation, then the launcher): that second
-    call takes it, so each config object goes to one job."""
+    call takes it, so each config object goes to one job. The first config composed for a
+    batch goes to the worker at once (`prepare_first`): it prepares that job while the rest of
+    the batch is composed (a grid sweep's validation composes all of it before any job runs)."""
 
     def __init__(self, load):
         self._load = load
         self._kept: dict = {}
+        self._first_sent = False
 
     def __call__(self, master_config, sweep_overrides):
         key = (id(master_config), tuple(sweep_overrides))
@@ -53,10 +56,17 @@ class _ComposedOnce:
             return self._kept.pop(key)
         config = self._load(master_config, sweep_overrides)
         self._kept[key] = config
+        if not self._first_sent:
+            self._first_sent = True
+            from runner.job.supervisor import prepare_first
+            from runner.sweep.precompile import request_of
+
+            prepare_first(_without_hydra(config), request_of(config, list(sweep_overrides)))
         return config
 
     def forget(self) -> None:
         self._kept.clear()
+        self._first_sent = False
 
 
 def _without_hydra(config: DictConfig) -> DictConfig:
@@ -73,7 +83,7 @@ class GemmlabLauncher(BasicLauncher):
 
     def launch(self, job_overrides: Sequence[Sequence[str]],
                initial_job_idx: int) -> Sequence[JobReturn]:
-        from runner.job.supervisor import expect_next, prepare_first
+        from runner.job.supervisor import expect_next
         from runner.sweep.precompile import Precompiler, request_of
 
         setup_globals()
@@ -82,16 +92,11 @@ class GemmlabLauncher(BasicLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs locally")
-        configs, requests = [], []
-        for overrides in job_overrides:
-            config = self.hydra_context.config_loader.load_sweep_config(self.config,
-                                                                        list(overrides))
-            configs.append(config)
-            requests.append(request_of(config, overrides))
-            if len(configs) == 1:  # its worker prepares it while the rest are composed
-                prepare_first(_without_hydra(config), requests[0])
+        configs = [self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                   for overrides in job_overrides]
         runs: List[JobReturn] = []
-        with Precompiler(requests):
+        with Precompiler([request_of(config, overrides)
+                          for config, overrides in zip(configs, job_overrides)]):
             try:
                 for index, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
                     following = configs[index + 1] if index + 1 < len(configs) else None
