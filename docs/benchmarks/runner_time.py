@@ -46,6 +46,21 @@ def tag(run, key: str) -> float:
     return float(run.data.tags.get(f"{names.SWEEP_PREFIX}{key}", "nan"))
 
 
+def duration(parent) -> float:
+    """The parent run's own span, from its opening to its close: the command's wall time less
+    its start (imports, Hydra composing the command line), the summary and report included."""
+    return (parent.info.end_time - parent.info.start_time) / 1000
+
+
+def prepared_ahead(client: MlflowClient, parent) -> tuple[float, float]:
+    """Seconds of the jobs' work prepared in the worker ahead of them (`time_s/ahead`), and
+    of those the jobs waited for (`time_s/worker`: their wall in the worker less their stages)."""
+    runs = client.search_runs([parent.info.experiment_id],
+                              f"tags.`{names.PARENT_RUN_ID}` = '{parent.info.run_id}'")
+    return (sum(run.data.metrics.get("time_s/ahead", 0.0) for run in runs),
+            sum(run.data.metrics.get("time_s/worker", 0.0) for run in runs))
+
+
 def rates(client: MlflowClient, experiment: str) -> list[float]:
     found = client.get_experiment_by_name(experiment)
     if found is None:
@@ -59,7 +74,8 @@ def page(before: MlflowClient, after: MlflowClient) -> str:
     for label, experiment in (("20-job CUDA sweep", "sweep"), ("30-trial search", "matmul_9_tuning")):
         old, new = sweep_parent(before, experiment), sweep_parent(after, experiment)
         rows.append(f"| {label} | {tag(old, 'jobs'):.0f} | {tag(old, 'wall_s'):.1f} s | "
-                    f"{tag(new, 'wall_s'):.1f} s | {tag(old, 'overhead_s_per_job'):.2f} s | "
+                    f"{tag(new, 'wall_s'):.1f} s | {duration(old):.1f} s | {duration(new):.1f} s | "
+                    f"{tag(old, 'overhead_s_per_job'):.2f} s | "
                     f"{tag(new, 'overhead_s_per_job'):.2f} s |")
         if phases is None:
             phases = new
@@ -83,12 +99,14 @@ def page(before: MlflowClient, after: MlflowClient) -> str:
         "Made by `docs/benchmarks/runner_time.py` (its docstring has the commands) from "
         "`before.db` and `after.db`.",
         "",
-        "| work | jobs | wall before | wall after | runner's own time per job before "
-        "| after |",
-        "| --- | ---: | ---: | ---: | ---: | ---: |",
+        "| work | jobs | wall before | wall after | parent run before | after "
+        "| runner's own time per job before | after |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "The runner's own time per job is what the sweep prints: its wall time less the kernels' "
+        "The wall is the sweep's own (`gemmlab.sweep.wall_s`: from its parent run's opening to "
+        "its last job's end); the parent run's span adds the summary and report at its end. The "
+        "runner's own time per job is what the sweep prints: its wall time less the kernels' "
         "checked launches and timed samples (`time_s/kernel_work`), over its jobs.",
         "",
         f"## Where the sweep's time went, after ({jobs:.0f} jobs)",
@@ -99,6 +117,15 @@ def page(before: MlflowClient, after: MlflowClient) -> str:
           for stage, seconds in stages],
         "",
     ]
+    ahead, waited = prepared_ahead(after, phases)
+    if ahead:
+        lines += [
+            f"Prepared in the worker ahead of the jobs (`time_s/ahead`: inputs, references, "
+            f"guarded buffers, cuBLAS baselines, a batch's first program): {ahead:.2f} s, "
+            f"{ahead / jobs:.3f} s per job, beside the sweep's own work between the jobs; the "
+            f"jobs waited for {waited:.2f} s of it (`worker` above).",
+            "",
+        ]
     if old_rates and new_rates:
         lines += [
             "## matmul_9 at 4096, alternating (`python -m runner backend=cuda kernel=matmul_9 "
