@@ -6,6 +6,8 @@ empty compile cache for each (GEMMLAB_COMPILE_CACHE=<a new folder>); the page qu
     python -m runner -m backend=cuda kernel=matmul_9,matmul_12,matmul_13,matmul_14 \
         shape=square_1024,square_4096,square_8192,4097x4095x4093,1000x1030x999 \
         tracking.uri=sqlite:///before.db tracking.experiment=sweep          # and after.db
+    (the after tree's sweep again, in after.db, tracking.experiment=sweep_again: the page shows
+    both of its runs beside the one before)
     python -m runner -m +search=matmul_9 backend=cuda size=4096 hydra.sweeper.n_trials=30 \
         tracking.uri=sqlite:///before.db                                    # and after.db
     python -m runner backend=cuda kernel=matmul_9 size=4096 tracking.uri=sqlite:///before.db \
@@ -71,8 +73,12 @@ def rates(client: MlflowClient, experiment: str) -> list[float]:
 
 def page(before: MlflowClient, after: MlflowClient) -> str:
     rows, phases, device, driver, commits = [], None, "", "", {}
-    for label, experiment in (("20-job CUDA sweep", "sweep"), ("30-trial search", "matmul_9_tuning")):
-        old, new = sweep_parent(before, experiment), sweep_parent(after, experiment)
+    for label, experiment, again in (("20-job CUDA sweep", "sweep", "sweep"),
+                                     ("20-job CUDA sweep, after again", "sweep", "sweep_again"),
+                                     ("30-trial search", "matmul_9_tuning", "matmul_9_tuning")):
+        old, new = sweep_parent(before, experiment), sweep_parent(after, again)
+        if new is None:  # no second run of the tree after
+            continue
         rows.append(f"| {label} | {tag(old, 'jobs'):.0f} | {tag(old, 'wall_s'):.1f} s | "
                     f"{tag(new, 'wall_s'):.1f} s | {duration(old):.1f} s | {duration(new):.1f} s | "
                     f"{tag(old, 'overhead_s_per_job'):.2f} s | "
