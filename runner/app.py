@@ -43,7 +43,7 @@ from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
 from runner.record.store import sqlite_path
 from runner.record.tracking import Recorder, RecordNotOpened, comparable_params
-from runner.sweep.callback import current_parent_run_id, in_sweep
+from runner.sweep.callback import current_parent_run_id, in_sweep, parent_experiment_id
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
 from runner.terminal.progress import RelayedBars
@@ -116,7 +116,9 @@ def _run(cfg: DictConfig) -> Optional[float]:
         tiling = " ".join(f"{k}={v}" for k, v in cfg.kernel.params.items())
         recorder = Recorder(cfg.tracking, f"{cfg.kernel.name} {backend_name} "
                                           f"{size.label(cfg.kernel.operation)} {tiling}".strip(),
-                            parent_run_id, background=_opens_in_background(cfg))
+                            parent_run_id, background=_opens_in_background(cfg),
+                            experiment_id=parent_run_id and parent_experiment_id(
+                                cfg.tracking.uri, cfg.tracking.experiment))
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
         print_failure(_cannot_record(cfg, error), None)
         return None

@@ -74,6 +74,20 @@ def test_the_draw_gives_the_same_bits_as_before(size):
     assert copy.output_shape == (90, 70)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 8])
+def test_a_draw_split_between_threads_gives_the_same_bits(monkeypatch, threads):
+    """Large draws go to threads, each from the stream advanced to its span: forced here on
+    small shapes (spans of one block and less, the last one short), bit for bit as before."""
+    monkeypatch.setattr(operations, "_PARALLEL_DRAW_MIN", 1)
+    monkeypatch.setattr(operations, "_DRAW_BLOCK", 1000)
+    monkeypatch.setattr(operations, "_draw_threads", lambda: threads)
+    size = ProblemSize(301, 257, 263)
+    old = _old_draw(size, 5, initial=True)
+    new = draw_problem(Operation.sgemm, size, 5, initial_output=True)
+    for name, array in (("A", new.inputs["A"]), ("B", new.inputs["B"]), ("C", new.initial["C"])):
+        assert np.array_equal(_bits(array), _bits(old[name])), name
+
+
 def test_a_kernel_major_sweep_draws_each_shape_once():
     """Five shapes in turn, again and again (kernel by kernel): the same arrays each time."""
     first = {size: make_problem(Operation.sgemm, size, 0) for size in SHAPES}

@@ -182,7 +182,7 @@ class Recorder:
     """
 
     def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None,
-                 background: bool = False):
+                 background: bool = False, experiment_id: Optional[str] = None):
         self.run_name = run_name
         self.uri = tracking_cfg.uri
         self.experiment = tracking_cfg.experiment
@@ -210,14 +210,16 @@ class Recorder:
         mlflow = self._mlflow = _import_mlflow(self.uri)
         try:
             with holding_signals(self.uri):  # a signal meanwhile is raised once the run is open
-                ensure_store(tracking_cfg.uri)
                 mlflow.set_tracking_uri(tracking_cfg.uri)
-                experiment_for(tracking_cfg.uri, tracking_cfg.experiment)
-                mlflow.set_experiment(tracking_cfg.experiment)
+                if experiment_id is None:  # else a sweep's job: its parent made both
+                    ensure_store(tracking_cfg.uri)
+                    experiment_id = experiment_for(tracking_cfg.uri, tracking_cfg.experiment)
+                    mlflow.set_experiment(experiment_id=experiment_id)
                 tags = provenance_tags()
                 if parent_run_id:
                     tags[names.PARENT_RUN_ID] = parent_run_id
-                self.run = mlflow.start_run(run_name=run_name, tags=tags)
+                self.run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
+                                            tags=tags)
         except KeyboardInterrupt as interrupt:  # the run was opened: it ends KILLED, not RUNNING
             if self.run is not None:
                 self.run_id = self.run.info.run_id

@@ -4,8 +4,10 @@ Per operation, never per kernel: every SGEMM step shares `sgemm`, every copy/tra
 shares `copy` or `transpose`.
 """
 
+import os
 import threading
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -141,30 +143,62 @@ class ProblemCache:
 _problems = ProblemCache()
 
 
-def _uniform_float32(rng: np.random.Generator, rows: int, cols: int) -> np.ndarray:
-    """`rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)` bit for bit, leaving `rng`
-    where that leaves it, without its whole float64 array: uniform(low, high) is
-    low + (high - low) * the generator's next double, which is what `random` gives, one per
-    element in the same order; drawn a block at a time into a buffer that stays in cache
-    (2.0 * d is exact, so -1.0 + 2.0 * d rounds as uniform's own sum does)."""
+# Draws of at least this many floats are split between threads (numpy's generator and ufuncs
+# release the GIL), each from its own copy of the stream advanced to its first element.
+_PARALLEL_DRAW_MIN = 1 << 22
+
+
+def _draw_threads() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        (os.cpu_count() or 1)
+    return max(1, min(8, cores))
+
+
+def _uniform_float32(seed: int, offset: int, rows: int, cols: int) -> np.ndarray:
+    """`rng.uniform(-1.0, 1.0, (rows, cols)).astype(np.float32)` bit for bit, where `rng` is
+    `np.random.default_rng(seed)` after `offset` draws, without the whole float64 array:
+    uniform(low, high) is low + (high - low) * the generator's next double, which is what
+    `random` gives, one per element in the same order; drawn a block at a time into a buffer
+    that stays in cache (2.0 * d is exact, so -1.0 + 2.0 * d rounds as uniform's own sum does).
+    A large draw is cut into one span per thread, each drawn from PCG64 advanced to its start:
+    the same stream, so the same bits."""
     out = np.empty(rows * cols, dtype=np.float32)
-    block = np.empty(min(_DRAW_BLOCK, out.size), dtype=np.float64)
-    for start in range(0, out.size, _DRAW_BLOCK):
-        part = block[:min(_DRAW_BLOCK, out.size - start)]
-        rng.random(out=part)
-        part *= 2.0
-        part -= 1.0
-        out[start:start + part.size] = part  # rounded to float32 as astype does
+    threads = _draw_threads() if out.size >= _PARALLEL_DRAW_MIN else 1
+    span = -(-out.size // threads)
+    span += -span % _DRAW_BLOCK  # whole blocks, so every thread's buffer is the same size
+
+    def draw(start: int) -> None:
+        rng = np.random.Generator(np.random.PCG64(seed).advance(offset + start))
+        stop = min(start + span, out.size)
+        block = np.empty(min(_DRAW_BLOCK, stop - start), dtype=np.float64)
+        for first in range(start, stop, _DRAW_BLOCK):
+            part = block[:min(_DRAW_BLOCK, stop - first)]
+            rng.random(out=part)
+            part *= 2.0
+            part -= 1.0
+            out[first:first + part.size] = part  # rounded to float32 as astype does
+
+    starts = range(0, out.size, span)
+    if threads == 1:
+        for start in starts:
+            draw(start)
+    else:
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            list(pool.map(draw, starts))
     return out.reshape(rows, cols)
 
 
 def draw_problem(operation: Operation, size: ProblemSize, seed: int,
                  initial_output: bool = False) -> Problem:
-    """Fresh random inputs from `seed`, drawn now (make_problem keeps them)."""
-    rng = np.random.default_rng(seed)
+    """Fresh random inputs from `seed`, drawn now (make_problem keeps them): A, B (and C0) one
+    after another from one stream, as `np.random.default_rng(seed).uniform` would."""
+    drawn = 0
 
     def draw(rows: int, cols: int) -> np.ndarray:
-        return _uniform_float32(rng, rows, cols)
+        nonlocal drawn
+        array = _uniform_float32(seed, drawn, rows, cols)
+        drawn += rows * cols
+        return array
 
     if operation is Operation.sgemm:
         inputs = {"A": draw(size.M, size.K), "B": draw(size.K, size.N)}

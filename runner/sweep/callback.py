@@ -65,6 +65,9 @@ from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
 
 PARENT_ENV = "GEMMLAB_SWEEP_PARENT_RUN_ID"
+# The parent's store, experiment name and id, one per line: a job recording into the same
+# experiment opens its run there without looking the experiment up again.
+PARENT_EXPERIMENT_ENV = "GEMMLAB_SWEEP_EXPERIMENT"
 STATUSES = ("ok", "cached", "refused", "failed", "impossible", "timeout")
 # Statuses that make a finished sweep's command exit 1 ("refused" is the spec doing its job).
 UNCLEAN = ("failed", "impossible", "timeout", "killed", "running")
@@ -101,6 +104,13 @@ def in_sweep() -> bool:
 def current_parent_run_id() -> Optional[str]:
     """The sweep's parent run for a job of a multirun, None for a single run."""
     return os.environ.get(PARENT_ENV) if in_sweep() else None
+
+
+def parent_experiment_id(uri: str, experiment: str) -> Optional[str]:
+    """The id of the sweep's experiment where a job records into it (same store, same name),
+    else None (a single run, or a sweep over tracking.experiment)."""
+    known = os.environ.get(PARENT_EXPERIMENT_ENV, "").split("\n") if in_sweep() else []
+    return known[2] if len(known) == 3 and known[:2] == [str(uri), str(experiment)] else None
 
 
 def _sweep_overrides(config: DictConfig) -> list:
@@ -719,6 +729,8 @@ class SweepRecorder(Callback):
         if self._expected is not None:
             client.log_param(run.info.run_id, names.SWEEP_EXPECTED_JOBS, self._expected)
         os.environ[PARENT_ENV] = run.info.run_id
+        os.environ[PARENT_EXPERIMENT_ENV] = "\n".join(
+            (str(tracking.uri), str(tracking.experiment), experiment_id))
         self._started = time.monotonic()
         self._monitor = _ProgressMonitor(tracking.uri, experiment_id, run.info.run_id,
                                          self._expected)
@@ -804,6 +816,7 @@ class SweepRecorder(Callback):
             _active = None
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
+        os.environ.pop(PARENT_EXPERIMENT_ENV, None)
         runs = sweep_children(self._client, self._experiment_id, parent)
         if status != "FINISHED" and self._end_orphans(runs, reason or status.lower()):
             runs = sweep_children(self._client, self._experiment_id, parent)

@@ -11,7 +11,6 @@ that was not started, all compile in the job as before, under its time limit), s
 and every record stays as it was. The pool is stopped when the batch ends.
 """
 
-import copy
 import logging
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -45,13 +44,17 @@ def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
         kernel_source_text,
         source_file_name,
     )
+    from omegaconf import OmegaConf
+
     from runner.config.size_rules import apply_size_rules, pinned_params
     from runner.config.spec import ProblemSize, plan_kernel
 
     try:
         if cfg.backend.name != "cuda":
             return None
-        cfg = copy.deepcopy(cfg)  # the job's own config stays as composed: its run applies them
+        # A copy (the job's own config stays as composed: its run applies the rules), without
+        # Hydra's own node, which is most of a composed config and of the time copying it.
+        cfg = OmegaConf.masked_copy(cfg, [key for key in cfg if key != "hydra"])
         apply_size_rules(cfg, pinned_params(list(overrides)))
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
         file_name = source_file_name(cfg.kernel, "cuda")
