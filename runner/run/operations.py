@@ -164,7 +164,7 @@ def _uniform_float32(seed: int, offset: int, rows: int, cols: int) -> np.ndarray
     the same stream, so the same bits."""
     out = np.empty(rows * cols, dtype=np.float32)
     threads = _draw_threads() if out.size >= _PARALLEL_DRAW_MIN else 1
-    span = -(-out.size // threads)
+    span = max(1, -(-out.size // threads))
     span += -span % _DRAW_BLOCK  # whole blocks, so every thread's buffer is the same size
 
     def draw(start: int) -> None:
