@@ -136,3 +136,63 @@ def test_a_uri_without_a_scheme_is_one_line_and_writes_no_store(tmp_path, sweep)
                    "tracking.uri=sqlite:///mlflow.db")
     assert "deprecat" not in done.stderr.replace("a store it has deprecated", "")
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+
+def _experiments(path: Path) -> list:
+    import sqlite3
+
+    with sqlite3.connect(path) as database:
+        return database.execute("SELECT name, artifact_location FROM experiments").fetchall()
+
+
+def test_new_stores_are_copies_of_an_empty_template_mlflow_opens_as_its_own(tmp_path,
+                                                                            monkeypatch):
+    """The first new store leaves a template (its Default experiment taken out, as it names that
+    store's folder); the next new store is a copy of it, given its Default experiment by MLflow
+    as a store it creates, and records as one."""
+    import sqlite3
+
+    from mlflow.tracking import MlflowClient
+
+    from runner.record.store import TEMPLATE_ENV
+
+    template = tmp_path / "template.db"
+    monkeypatch.setenv(TEMPLATE_ENV, str(template))
+    monkeypatch.chdir(tmp_path)
+    ensure_store(f"sqlite:///{tmp_path / 'first' / 'mlflow.db'}")
+    assert template.is_file() and _experiments(template) == []
+    with sqlite3.connect(template) as database:  # a mark only a copy of the template carries
+        database.execute("CREATE TABLE gemmlab_mark (x INTEGER)")
+    second = tmp_path / "second" / "mlflow.db"
+    ensure_store(f"sqlite:///{second}")
+    with sqlite3.connect(second) as database:
+        assert database.execute("SELECT name FROM sqlite_master WHERE name = 'gemmlab_mark'"
+                                ).fetchall(), "not made from the template"
+    assert _experiments(second) == _experiments(tmp_path / "first" / "mlflow.db")
+    client = MlflowClient(f"sqlite:///{second}")
+    run = client.create_run(client.create_experiment("x"))
+    client.log_metric(run.info.run_id, "m", 1.0)
+    assert client.get_run(run.info.run_id).data.metrics == {"m": 1.0}
+
+
+def test_a_template_mlflow_cannot_open_is_dropped_and_the_store_made_anew(tmp_path, monkeypatch):
+    from runner.record.store import TEMPLATE_ENV
+
+    template = tmp_path / "template.db"
+    template.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)  # no database behind it
+    monkeypatch.setenv(TEMPLATE_ENV, str(template))
+    monkeypatch.chdir(tmp_path)
+    store = tmp_path / "store" / "mlflow.db"
+    ensure_store(f"sqlite:///{store}")
+    assert [name for name, _ in _experiments(store)] == ["Default"]
+    assert _experiments(template) == []  # made again from the store just created
+    assert not list(store.parent.glob(".*creating*"))
+
+
+def test_no_template_where_it_is_turned_off(tmp_path, monkeypatch):
+    from runner.record.store import TEMPLATE_ENV, template_path
+
+    monkeypatch.setenv(TEMPLATE_ENV, "off")
+    assert template_path() is None
+    ensure_store(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert [name for name, _ in _experiments(tmp_path / "mlflow.db")] == ["Default"]

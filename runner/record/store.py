@@ -1,5 +1,9 @@
 """The tracking store: a local sqlite store is created and migrated once, under a file lock.
 
+A new sqlite store is a copy of a template: the first store a version of MLflow creates on this
+machine, kept empty under the user's cache (MLflow's schema migrations take about 1 s of a
+first run, and of every test that records into a store of its own).
+
 MLflow creates and migrates a sqlite store in the first process that opens it. Several processes
 opening a store that does not exist yet (the parallel jobs of a sweep) race in that schema setup
 and all fail; once the store exists, parallel writers are fine. So every process opens the store
@@ -128,10 +132,80 @@ def ensure_store(uri: str) -> None:
         # later run could open.
         partial = path.with_name(f".{path.name}.creating-{os.getpid()}")
         try:
-            MlflowClient(f"sqlite:///{partial}").search_experiments(max_results=1)
+            if not _from_template(partial):
+                MlflowClient(f"sqlite:///{partial}").search_experiments(max_results=1)
+                _keep_as_template(partial)
             os.replace(partial, path)
         finally:
             partial.unlink(missing_ok=True)
+
+
+TEMPLATE_ENV = "GEMMLAB_STORE_TEMPLATE"
+
+
+def template_path() -> Optional[Path]:
+    """An empty store of this MLflow version, migrated: $GEMMLAB_STORE_TEMPLATE, else
+    $XDG_CACHE_HOME/gemmlab/mlflow/empty-<version>.db (~/.cache/...); None when set to off."""
+    import mlflow
+
+    configured = os.environ.get(TEMPLATE_ENV, "")
+    if configured.lower() in ("0", "off", "false", "no"):
+        return None
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gemmlab" / "mlflow" / f"empty-{mlflow.__version__}.db"
+
+
+def _from_template(partial: Path) -> bool:
+    """`partial` made a copy of the template and opened by MLflow, which finds its schema
+    current (none of its ~1,700 migration statements run again: about 1 s) and, the template
+    holding no experiment, gives it its Default experiment as it does a store it creates.
+    False (nothing left at `partial`) without a template, or with one MLflow cannot open."""
+    import shutil
+
+    from mlflow.tracking import MlflowClient
+
+    template = template_path()
+    if template is None or not template.is_file():
+        return False
+    # A name of its own: MLflow keeps its database connections per URI, and one opened on a bad
+    # copy would still be handed out for `partial` once the store is created there instead.
+    copy = partial.with_name(partial.name + ".template")
+    try:
+        shutil.copyfile(template, copy)
+        MlflowClient(f"sqlite:///{copy}").search_experiments(max_results=1)
+        os.replace(copy, partial)
+        return True
+    except Exception as error:  # a template gone bad: made again from the next new store
+        log.debug("the store template %s could not be used: %s", template, error)
+        template.unlink(missing_ok=True)
+        return False
+    finally:
+        copy.unlink(missing_ok=True)
+
+
+def _keep_as_template(created: Path) -> None:
+    """A copy of the store MLflow has just created, its Default experiment taken out (it names
+    the folder of this store), as the template of the next new stores; written whole or not at
+    all. Only where there is none: the first store a version of MLflow creates here."""
+    import shutil
+    import sqlite3
+
+    template = template_path()
+    if template is None or template.exists():
+        return
+    making = template.with_name(f".{template.name}.{os.getpid()}")
+    try:
+        template.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(created, making)
+        with sqlite3.connect(making) as database:
+            database.execute("DELETE FROM experiments")
+        os.replace(making, template)
+    except (OSError, sqlite3.Error) as error:  # no template: the next store is created anew
+        log.debug("no store template kept at %s: %s", template, error)
+    finally:
+        making.unlink(missing_ok=True)
 
 
 SQLITE_HEADER = b"SQLite format 3\x00"  # the first 16 bytes of every SQLite database file
