@@ -199,8 +199,12 @@ def _keep_as_template(created: Path) -> None:
     try:
         template.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(created, making)
-        with sqlite3.connect(making) as database:
-            database.execute("DELETE FROM experiments")
+        database = sqlite3.connect(making)
+        try:
+            with database:  # committed, then closed before the file is moved
+                database.execute("DELETE FROM experiments")
+        finally:
+            database.close()
         os.replace(making, template)
     except (OSError, sqlite3.Error) as error:  # no template: the next store is created anew
         log.debug("no store template kept at %s: %s", template, error)
