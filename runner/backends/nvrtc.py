@@ -155,13 +155,9 @@ _CACHE_FORMAT = 1
 def cache_folder() -> Optional[Path]:
     """Where NVRTC's outputs are kept between processes: $GEMMLAB_COMPILE_CACHE, else
     $XDG_CACHE_HOME/gemmlab/nvrtc (~/.cache/gemmlab/nvrtc); None when it is set to 0 or off."""
-    configured = os.environ.get(CACHE_ENV, "")
-    if configured.lower() in ("0", "off", "false", "no"):
-        return None
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gemmlab" / "nvrtc"
+    from runner.user_cache import cache_path
+
+    return cache_path(CACHE_ENV, "nvrtc")
 
 
 @functools.lru_cache(maxsize=1)

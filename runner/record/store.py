@@ -148,13 +148,9 @@ def template_path() -> Optional[Path]:
     $XDG_CACHE_HOME/gemmlab/mlflow/empty-<version>.db (~/.cache/...); None when set to off."""
     import mlflow
 
-    configured = os.environ.get(TEMPLATE_ENV, "")
-    if configured.lower() in ("0", "off", "false", "no"):
-        return None
-    if configured:
-        return Path(configured)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "gemmlab" / "mlflow" / f"empty-{mlflow.__version__}.db"
+    from runner.user_cache import cache_path
+
+    return cache_path(TEMPLATE_ENV, "mlflow", f"empty-{mlflow.__version__}.db")
 
 
 def _from_template(partial: Path) -> bool:
