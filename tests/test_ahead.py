@@ -15,7 +15,8 @@ from runner.backends import make_backend
 from runner.config.spec import ProblemSize, plan_kernel
 from runner.record import names
 from runner.run import guards, limits, operations, vendor
-from runner.run.ahead import prepare_ahead
+from runner.run import ahead
+from runner.run.ahead import draw_ahead, finish_drawing, prepare_ahead
 from runner.run.execute import execute
 from runner.run.operations import clear_caches, make_problem
 from runner.run.phases import AHEAD, PHASES, metric
@@ -75,6 +76,59 @@ def test_the_next_job_finds_its_inputs_reference_and_buffers_ready(monkeypatch):
         sorted(id(problem.inputs[name]) for name in ("A", "B"))
     assert _uploads_of_a_run(cfg, monkeypatch) == uploads_alone - 3  # the job took all three
     assert guards._staged == {}
+
+
+def _as_gpu(monkeypatch, cfg) -> None:
+    """The CPU device of `cfg` made to say it is a GPU: what draw_ahead asks before drawing."""
+    import dataclasses
+
+    backend = make_backend(cfg.backend)
+    info = dataclasses.replace(backend.device_info(), device_type="gpu")
+    monkeypatch.setattr(backend, "device_info", lambda: info)
+
+
+def test_on_a_gpu_the_job_after_next_has_its_inputs_drawn_while_this_one_runs(monkeypatch):
+    cfg = compose_config(*CPU, "kernel=matmul_2", "m=48", "n=40", "k=32")
+    _as_gpu(monkeypatch, cfg)
+    started = []
+    draw = operations.draw_problem
+    monkeypatch.setattr(operations, "draw_problem",
+                        lambda *args: started.append(ahead._drawing) or draw(*args))
+    draw_ahead(cfg)
+    finish_drawing(cfg)
+    assert started and started[0] is not None  # drawn in the thread, which is now joined
+    assert ahead._drawing is None
+    plan = plan_kernel(cfg.kernel, ProblemSize(48, 40, 32))
+    problem = make_problem(plan.operation, plan.size, cfg.seed)
+    assert len(started) == 1  # the job's own call takes the arrays drawn ahead
+    kept = operations._problems.owner(problem.inputs["A"], problem.inputs["B"])
+    assert kept is not None and kept.references  # and their float64 reference
+
+
+def test_a_job_waits_only_for_its_own_inputs_drawn_ahead(monkeypatch):
+    import threading
+
+    cfg = compose_config(*CPU, "kernel=matmul_2", "m=48", "n=40", "k=32")
+    _as_gpu(monkeypatch, cfg)
+    release = threading.Event()
+    draw = operations.draw_problem
+    monkeypatch.setattr(operations, "draw_problem",
+                        lambda *args: release.wait(30) and draw(*args))
+    draw_ahead(cfg)
+    finish_drawing(compose_config(*CPU, "kernel=matmul_2", "m=16", "n=16", "k=16"))
+    assert ahead._drawing is not None and ahead._drawing.is_alive()  # another job's: not waited
+    release.set()
+    finish_drawing(compose_config(*CPU, "kernel=matmul_3", "m=48", "n=40", "k=32"))
+    assert ahead._drawing is None  # the same problem under another kernel: waited for
+
+
+def test_nothing_is_drawn_ahead_on_a_cpu_or_for_a_job_of_its_own(monkeypatch):
+    cfg = compose_config(*CPU, "kernel=matmul_2", "size=32")
+    draw_ahead(cfg)  # its cores time the kernel
+    assert ahead._drawing is None and len(operations._problems) == 0
+    _as_gpu(monkeypatch, cfg)
+    draw_ahead(compose_config(*CPU, "kernel=matmul_2", "size=32", "gpus=1"))
+    assert ahead._drawing is None and len(operations._problems) == 0
 
 
 def test_a_job_that_cannot_be_prepared_is_left_to_its_run(monkeypatch):

@@ -137,6 +137,16 @@ def _send_ahead(worker: Worker, result: Optional[JobResult]) -> None:
         pass
 
 
+def _send_draw(worker: Worker) -> None:
+    """The job after the one about to run, to the worker before that one: it draws the next
+    job's inputs while this one runs (runner/run/ahead.py, draw_ahead)."""
+    if _next_job is not None:
+        try:
+            worker.conn.send(("draw", _next_job))
+        except (OSError, ValueError):  # the worker is gone: the job reports it
+            pass
+
+
 def _in_shared_worker(cfg) -> bool:
     """Whether `cfg`'s job runs in this process's shared worker (not in this process, not in a
     sanitizer's worker of its own, not on a GPU claimed from a pool)."""
@@ -241,6 +251,7 @@ def run_job(cfg, recorder, reuse_earlier, size_label: str, bars) -> JobResult:
         return run_in_process(cfg, recorder, reuse_earlier, size_label, bars)
     if not tool:
         worker = _shared_worker()
+        _send_draw(worker)
         result = None
         try:
             result = _relay(worker, cfg, recorder, reuse_earlier, size_label, bars)

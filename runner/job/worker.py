@@ -5,6 +5,7 @@ Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervi
 
     supervisor -> worker   ("job", cfg)  ("reuse" | "measure")  ("exit",)
                            ("ahead", a coming job's cfg[, its CompileRequest])
+                           ("draw", the cfg of the job after the one sent next)
                            ("warm", the sweep's backend config as a dict)
     worker -> supervisor   ("phase", name)  ("bar", ...)  ("record", method, args)
                            ("key", measurement key)  ("phases", {phase: seconds}) before
@@ -16,7 +17,8 @@ Started by `runner.job.supervisor` as `python -m runner.job.worker <fd> <supervi
 ("ahead", cfg) comes between jobs of a sweep (and before a batch's first): the worker prepares
 what that job shares with no kernel (runner/run/ahead.py) and answers nothing; the job records
 how long that took as `time_s/ahead`, which overlapped the sweep's own work. ("warm", backend)
-at a sweep's start opens the device. Neither is answered.
+at a sweep's start opens the device. ("draw", cfg) comes just before a job: the worker draws
+the inputs of the job after it in a thread while that job runs (on a GPU). None is answered.
 
 Everything the run would record goes back as ("record", …) at once, so a worker killed halfway
 leaves its run recorded with what it had. After a fault or a crash the worker exits: its device
@@ -104,6 +106,7 @@ def run_job(conn: Connection, cfg) -> bool:
     from runner.job.faults import describe_fault
     from runner.record import names
     from runner.record.resume import measurement_key
+    from runner.run.ahead import finish_drawing
     from runner.run.execute import execute
     from runner.run.guards import drop_staged
     from runner.run.phases import AHEAD, PhaseClock, metric
@@ -129,6 +132,7 @@ def run_job(conn: Connection, cfg) -> bool:
         if _ahead_s:
             send(("record", "metrics", ({metric(AHEAD): _ahead_s},)))
             _ahead_s = 0.0
+        finish_drawing(cfg)  # where its own inputs are being drawn (no ahead came for it)
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
         if cfg.check.get("sanitizer") and cfg.backend.name == "cuda":
             # CuPy's pool hands out pieces of larger allocations, inside which compute-sanitizer
@@ -189,6 +193,11 @@ def main() -> None:
             from runner.run.ahead import prepare_ahead
 
             _ahead_s = prepare_ahead(*message[1:])
+            continue
+        if message[0] == "draw":
+            from runner.run.ahead import draw_ahead
+
+            draw_ahead(message[1])
             continue
         if message[0] == "warm":
             from runner.run.ahead import warm_up
