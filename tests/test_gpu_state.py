@@ -13,8 +13,11 @@ import pytest
 from conftest import compose_config, requires_cuda_gpu
 
 from runner.app import run
-from runner.run import vendor
-from runner.run.gpu_state import GpuState, Monitor
+from runner.errors import Refused
+from runner.record import names
+from runner.run import gpu_state, vendor
+from runner.run.execute import record_energy
+from runner.run.gpu_state import EnergySpan, GpuState, Monitor, energy_probe, energy_span
 
 
 def test_hygiene_names_neighbours_before_heat_and_ignores_the_power_cap():
@@ -38,6 +41,114 @@ def test_energy_and_power_only_over_a_span_the_counter_can_tell():
     assert GpuState(energy_j=0.09, span_s=0.07).power() is None  # too short: absent, not 0
     assert GpuState(energy_j=0.0, span_s=3.0).energy() is None
     assert GpuState(energy_j=900.0, span_s=1.5).power() == 600.0
+
+
+class _Counter:
+    """NVML's energy counter as a fake pynvml gives it: `watts` drawn since it was made, in mJ,
+    moving in steps of `step_s` (as the real one does, every few tens of milliseconds)."""
+
+    def __init__(self, watts: float, step_s: float = 0.02):
+        self.watts, self.step_s, self.since = watts, step_s, time.perf_counter()
+
+    def __call__(self, handle) -> int:
+        elapsed = time.perf_counter() - self.since
+        return int(self.watts * 1000 * (elapsed // self.step_s) * self.step_s)
+
+
+def _sleeping_launches(launch_ms: float, ran: list):
+    def run(count: int) -> float:  # count launches of launch_ms each, their device time
+        ran.append(count)
+        time.sleep(count * launch_ms / 1000)
+        return count * launch_ms
+    return run
+
+
+def test_an_energy_span_gives_the_power_between_the_counters_steps(monkeypatch):
+    import pynvml
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", _Counter(450.0))
+    ran = []
+    spent = energy_span("gpu", _sleeping_launches(9.5, ran), 9.5, 1.2)
+    assert ran == [127]  # ceil(1.2 s / 9.5 ms): at least the seconds asked for
+    assert spent.launches == 127 and spent.power_w == pytest.approx(450.0, rel=0.05)
+    assert spent.joules_per_launch == pytest.approx(spent.power_w * 9.5e-3)
+    metrics = spent.metrics("energy/", flops=2 * 8192**3, nbytes=0)
+    assert metrics["energy/gflops"] == pytest.approx(2 * 8192**3 / 9.5e-3 / 1e9)
+    assert metrics["energy/gflops_per_watt"] == pytest.approx(
+        metrics["energy/gflops"] / spent.power_w)  # GFLOP per joule is GFLOPS per watt
+
+
+def test_no_energy_without_a_counter_a_second_or_its_steps(monkeypatch):
+    import pynvml
+
+    assert energy_span(None, _sleeping_launches(1.0, []), 1.0, 2.0) is None
+    assert energy_probe(None, 2.0) is None and energy_probe("gpu", 0.0) is None
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", _Counter(450.0))
+    monkeypatch.setattr(gpu_state, "ENERGY_MAX_LAUNCHES", 50)
+    ran = []
+    assert energy_span("gpu", _sleeping_launches(10.0, ran), 10.0, 1.5) is None  # 0.5 s
+    assert ran == [50]
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", _Counter(450.0, 2.0))
+    assert energy_span("gpu", _sleeping_launches(10.0, []), 10.0, 1.0) is None  # one step
+
+    def no_counter(handle):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetTotalEnergyConsumption", no_counter)
+    ran = []
+    assert energy_span("gpu", _sleeping_launches(10.0, ran), 10.0, 1.0) is None
+    assert ran == []  # nothing launched for a counter that is not there
+
+
+class _Tags:
+    def __init__(self):
+        self.tags_seen, self.metrics_seen = {}, {}
+
+    def tags(self, values):
+        self.tags_seen.update(values)
+
+    def metrics(self, values):
+        self.metrics_seen.update(values)
+
+
+def test_the_kernels_work_per_joule_is_set_against_the_baselines(tmp_path):
+    from runner.config.spec import ProblemSize, plan_kernel
+
+    plan = plan_kernel(compose_config("kernel=matmul_9").kernel, ProblemSize(8192, 8192, 8192))
+    recorder, metrics = _Tags(), {}
+    record_energy(recorder, metrics, plan, names.ENERGY_PREFIX, EnergySpan(200, 2000.0, 700.0))
+    record_energy(recorder, metrics, plan, names.VENDOR_ENERGY_PREFIX,
+                  EnergySpan(100, 2000.0, 350.0), names.X_VENDOR_PER_JOULE)
+    # twice the launches in the same time at twice the power: the same work per joule
+    assert metrics[names.X_VENDOR_PER_JOULE] == pytest.approx(1.0)
+    assert metrics["energy/gflops_per_watt"] == pytest.approx(
+        plan.flops / (700.0 * 2.0 / 200) / 1e9)
+    record_energy(recorder, metrics, plan, names.VENDOR_TF32_ENERGY_PREFIX, None,
+                  names.X_VENDOR_TF32_PER_JOULE)
+    assert names.X_VENDOR_TF32_PER_JOULE not in metrics  # absent, never 0
+    assert "span was under a second" in recorder.tags_seen["vendor_tf32_energy.unknown"]
+
+
+def test_an_energy_span_is_refused_too_short_or_beyond_the_time_limit(tmp_path):
+    from runner.config.validate import validate
+
+    validate(compose_config("timing.energy_s=2"))
+    with pytest.raises(Refused, match="under 1 s tells no energy"):
+        validate(compose_config("timing.energy_s=0.5"))
+    with pytest.raises(Refused, match="not under timing.timeout_s"):
+        validate(compose_config("timing.energy_s=30", "timing.timeout_s=20"))
+
+
+def test_a_cpu_run_asked_for_energy_says_why_it_has_none(tmp_path):
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    assert run(compose_config("backend.device_type=cpu", "kernel=matmul_2", "size=32",
+                              "timing.repeats=3", "timing.energy_s=1",
+                              f"tracking.uri={store}")) > 0
+    mlflow.set_tracking_uri(store)
+    (recorded,) = mlflow.search_runs(experiment_names=["gemmlab"], output_format="list")
+    assert "needs an NVIDIA GPU's energy counter" in recorded.data.tags[names.ENERGY_UNKNOWN]
+    assert not any(name.startswith(("energy/", "vendor_energy/"))
+                   for name in recorded.data.metrics)
 
 
 def test_without_a_gpu_handle_the_monitor_records_nothing():
@@ -112,3 +223,28 @@ def test_a_gpu_run_says_clean_alone_and_shared_beside_another_process(tmp_path):
                  "perf/gflops_per_watt", "vendor_gpu/sm_clock_mhz", "vendor_gpu/power_w"):
         assert alone.data.metrics.get(name, 0) > 0, name
     assert "shared" in beside.data.tags["mlflow.runName"]
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_a_gpu_run_records_its_and_cublas_work_per_joule(tmp_path):
+    """timing.energy_s: the kernel's and cuBLAS SGEMM's (and cuBLAS TF32's, for a TF32 step)
+    launches back to back for a second and more, their power from NVML's energy counter."""
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    for kernel in ("matmul_9", "matmul_13"):
+        assert run(compose_config("backend=cuda", f"kernel={kernel}", "size=4096",
+                                  "timing.energy_s=1.5", f"tracking.uri={store}",
+                                  "tracking.inspect=false")) > 0
+    mlflow.set_tracking_uri(store)
+    simt, tf32 = mlflow.search_runs(experiment_names=["gemmlab"], output_format="list",
+                                    order_by=["attributes.start_time ASC"])
+    for recorded, prefixes in ((simt, ("energy/", "vendor_energy/")),
+                               (tf32, ("energy/", "vendor_energy/", "vendor_tf32_energy/"))):
+        metrics = recorded.data.metrics
+        for prefix in prefixes:
+            assert 50 < metrics[f"{prefix}power_w"] < 1500, (prefix, metrics)
+            assert metrics[f"{prefix}span_s"] >= 1.0 and metrics[f"{prefix}gflops_per_watt"] > 0
+        assert 0.5 < metrics["energy/gflops"] / metrics[names.GFLOPS] < 1.1
+        assert metrics[names.X_VENDOR_PER_JOULE] > 0
+        assert metrics["time_s/energy"] >= 1.5
+    assert tf32.data.metrics[names.X_VENDOR_TF32_PER_JOULE] > 0

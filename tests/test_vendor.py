@@ -16,9 +16,11 @@ class FakeCuda:
     def __init__(self):
         self.calls = []
 
-    def __call__(self, A, B, device_id, warmup, repeats, flush_l2=False, tf32=False):
+    def __call__(self, A, B, device_id, warmup, repeats, flush_l2=False, tf32=False,
+                 energy=None):
         self.calls.append("tf32" if tf32 else "sgemm")
-        return [1.0, 1.0, 1.0], (A.astype(np.float64) @ B).astype(np.float32), {}
+        notes = {} if energy is None else {"energy": energy(lambda count: 1.0 * count, 1.0)}
+        return [1.0, 1.0, 1.0], (A.astype(np.float64) @ B).astype(np.float32), notes
 
 
 def test_fp32_and_tf32_steps_share_one_sgemm_measurement(monkeypatch):
@@ -39,3 +41,30 @@ def test_fp32_and_tf32_steps_share_one_sgemm_measurement(monkeypatch):
     assert results["matmul_9"].tf32 is None
     assert results["matmul_10"].tf32 is results["matmul_11"].tf32
     assert results["matmul_10"].rel_error == results["matmul_9"].rel_error
+
+
+def test_a_baseline_asked_for_its_work_per_joule_carries_it_and_is_measured_for_it(monkeypatch):
+    from runner.run.gpu_state import EnergySpan
+
+    fake = FakeCuda()
+    monkeypatch.setattr(vendor, "cublas_sgemm", fake)
+    monkeypatch.setattr(vendor, "_cuda_device_for", lambda backend: 0)
+    monkeypatch.setattr(vendor, "_measured", {})
+    monkeypatch.setattr(vendor, "_measured_tf32", {})
+    size = ProblemSize(48, 40, 32)
+    spans = []
+
+    def probe(run, launch_ms):
+        spans.append(EnergySpan(10, run(10), 500.0))
+        return spans[-1]
+
+    cfg = compose_config("kernel=matmul_10", "timing.repeats=3", "timing.energy_s=2")
+    plan = plan_kernel(cfg.kernel, size)
+    problem = make_problem(plan.operation, size, seed=0)
+    alone = vendor.vendor_baseline(fake, plan, problem, {}, cfg.timing, effective_check(cfg), 0)
+    assert alone.energy is None and alone.tf32.energy is None and "energy" not in alone.notes
+    probed = vendor.vendor_baseline(fake, plan, problem, {}, cfg.timing, effective_check(cfg), 0,
+                                    probe)
+    assert fake.calls == ["sgemm", "tf32", "sgemm", "tf32"]  # a baseline without it: not reused
+    assert probed.energy is spans[0] and probed.tf32.energy is spans[1]
+    assert "energy" not in probed.notes  # a span, never a vendor.<note> tag

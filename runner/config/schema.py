@@ -169,6 +169,11 @@ class TimingConfig:
     # Refuse a number measured while another process used the GPU or its clocks were held back
     # for heat (gpu.hygiene, NVIDIA GPUs): measure again once after a pause, then FAILED.
     require_clean: bool = False
+    # Seconds of launches back to back, after the timed ones, whose energy (NVML's counter, an
+    # NVIDIA GPU) gives the work per joule of the kernel and of the vendor library in the same
+    # job (energy/*, vendor_energy/*): where the power limit sets the clock, the fair judge.
+    # 0: off. At least 1 (the counter moves in steps of tens of milliseconds).
+    energy_s: float = 0.0
 
 
 class Sanitizer(Enum):

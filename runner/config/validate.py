@@ -44,6 +44,8 @@ RANGES = {
                                               "takes at least"),
     "timing.max_time_s": Range(0.0, 86_400.0, "seconds after which the adaptive mode stops",
                                low_open=True),
+    "timing.energy_s": Range(0.0, 600.0, "seconds of launches back to back for the work per "
+                                         "joule (0: off)"),
     "check.tolerance": Range(0.0, 0.1, "a relative error; 0 refuses every float result, above "
                                        "0.1 a wrong kernel passes", low_open=True),
     "check.full_reference_max_macs": Range(1, 2**40, "multiply-adds of the float64 reference "
@@ -97,6 +99,13 @@ def validate(cfg) -> None:
     if timing.get("target_noise") is not None and timing.min_time_s > timing.max_time_s:
         raise Refused(f"timing.min_time_s={timing.min_time_s} is above timing.max_time_s="
                       f"{timing.max_time_s}: the adaptive mode could never take its minimum")
+    energy_s = timing.get("energy_s", 0.0) or 0.0
+    if 0 < energy_s < 1.0:
+        raise Refused(f"timing.energy_s={energy_s}: a span under 1 s tells no energy (NVML's "
+                      "counter moves in steps of tens of milliseconds); 0 turns it off")
+    if energy_s >= timing.timeout_s:
+        raise Refused(f"timing.energy_s={energy_s} is not under timing.timeout_s="
+                      f"{timing.timeout_s}: the span would be taken for a hung kernel")
     own_tolerance = OmegaConf.select(cfg, "kernel.tolerance")
     if own_tolerance is not None:  # a reduced-precision step's own, in place of check.tolerance
         check_value("kernel.tolerance", own_tolerance, RANGES["check.tolerance"])

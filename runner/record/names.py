@@ -67,6 +67,17 @@ GPU_ENERGY_J_PER_LAUNCH = "gpu/energy_j_per_launch"
 GFLOPS_PER_WATT = "perf/gflops_per_watt"
 GBPS_PER_WATT = "bw/gbps_per_watt"
 VENDOR_GPU_PREFIX = "vendor_gpu/"  # the same during the baseline's launches
+# Work per joule over launches run back to back for `timing.energy_s` seconds (EnergySpan in
+# runner/run/gpu_state.py): the kernel's, the vendor baseline's and, for a TF32 step, cuBLAS
+# TF32's, in the same job; <prefix>gflops_per_watt, power_w, j_per_launch, gflops (sustained).
+ENERGY_PREFIX = "energy/"
+VENDOR_ENERGY_PREFIX = "vendor_energy/"
+VENDOR_TF32_ENERGY_PREFIX = "vendor_tf32_energy/"
+ENERGY_GFLOPS_PER_WATT = "energy/gflops_per_watt"
+ENERGY_UNKNOWN = "energy.unknown"  # why a run asked for the work per joule has none
+# The kernel's work per joule over the baseline's (2.4: 2.4 times the FLOP per joule).
+X_VENDOR_PER_JOULE = "perf/x_vendor_per_joule"
+X_VENDOR_TF32_PER_JOULE = "perf/x_vendor_tf32_per_joule"
 
 # A sweep's parent before series runs: the best rate per kernel (and backend), the size as the
 # step (sweeps recorded before the series runs below; no longer logged).

@@ -164,4 +164,8 @@ def _prepare(cfg) -> None:
             rows, cols = problem.output_shape
             stage_alloc(backend, rows * cols, cols)
     if device.device_type != "cpu" and plan.operation is Operation.sgemm:
-        vendor_baseline(backend, plan, problem, {}, cfg.timing, check_cfg, cfg.seed)
+        from runner.run.gpu_state import energy_probe, nvml_handle
+
+        gpu = nvml_handle(device.uuid, device.pci_address) if device.is_nvidia_gpu else None
+        vendor_baseline(backend, plan, problem, {}, cfg.timing, check_cfg, cfg.seed,
+                        energy_probe(gpu, float(cfg.timing.get("energy_s", 0.0) or 0.0)))

@@ -24,7 +24,7 @@ from runner.config.paths import kernel_source_path, kernel_source_text
 from runner.config.spec import KernelPlan, ScalarArg, TensorMapArg, entry_label
 from runner.errors import ImpossibleResult, Refused, RunError, VerificationError
 from runner.record import names
-from runner.run.gpu_state import GpuState, Monitor, nvml_handle
+from runner.run.gpu_state import EnergySpan, GpuState, Monitor, energy_probe, nvml_handle
 from runner.run.host_state import HostMonitor, HostState
 from runner.run.guards import guarded_alloc, guarded_upload, violation
 from runner.run.limits import (
@@ -472,6 +472,27 @@ def record_gpu_state(recorder, metrics: dict, state: GpuState, plan: KernelPlan,
                    names.GPU_CLOCK_REASONS: ", ".join(sorted(state.reasons)) or "none"})
 
 
+def repeated(enqueue: Callable[[], list], count: int) -> list:
+    """Every launch of the step, `count` times over, back to back: their events in order."""
+    return [event for _ in range(count) for event in (enqueue() or ())]
+
+
+def record_energy(recorder, metrics: dict, plan: KernelPlan, prefix: str,
+                  spent: Optional[EnergySpan], ratio_key: Optional[str] = None) -> None:
+    """An energy span's figures under `prefix`, and with `ratio_key` the kernel's work per joule
+    over this one's; where none could be measured, a tag that says so (never a 0)."""
+    if spent is None:
+        recorder.tags({prefix.replace("/", ".") + "unknown": (
+            "no energy: the span was under a second or NVML's counter moved too few times")})
+        return
+    metrics.update(spent.metrics(prefix, plan.flops, plan.min_bytes))
+    per_watt = "gflops_per_watt" if plan.flops else "gbps_per_watt"
+    own = metrics.get(f"{names.ENERGY_PREFIX}{per_watt}")
+    if ratio_key is not None and own:
+        metrics[ratio_key] = own / metrics[f"{prefix}{per_watt}"]
+    recorder.metrics(metrics)
+
+
 def judge_against_ceiling(recorder, metrics: dict, plan: KernelPlan, device: DeviceInfo,
                           gpu_handle, flush_l2: bool) -> None:
     """The device's ceiling for this step (runner/run/peak.py) and the rate's share of it,
@@ -646,13 +667,23 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     metrics[names.TIME_MS_CHECKED] = check_timed_launches(
         backend, prepared, problem, check_cfg, cfg.seed, samples,
         backend.flush_cache if cfg.timing.flush_l2 else None)
+    energy_s = float(cfg.timing.get("energy_s", 0.0) or 0.0)
+    energy = energy_probe(gpu, energy_s)
+    if energy_s and energy is None:
+        recorder.tags({names.ENERGY_UNKNOWN: f"timing.energy_s needs an NVIDIA GPU's energy "
+                                             f"counter (NVML): none for {device.name}"})
+    if energy is not None:
+        on_phase("energy")
+        record_energy(recorder, metrics, plan, names.ENERGY_PREFIX,
+                      energy(lambda count: backend.time_ms(lambda: repeated(enqueue, count)),
+                             stats.median))
     metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
     recorder.metrics(metrics)
 
     on_phase("vendor")
     with Monitor(gpu) as vendor_gpu:
         vendor = vendor_baseline(backend, plan, problem, buffers, cfg.timing, check_cfg,
-                                 cfg.seed)
+                                 cfg.seed, energy)
     vendor_stats = None
     if vendor is not None:
         # Measured just now, and cuBLAS SGEMM alone (a TF32 step's baseline also runs cuBLAS
@@ -683,6 +714,9 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             metrics[names.CHECK_ERROR_VS_VENDOR] = metrics[names.CHECK_REL_ERROR] / vendor.rel_error
         recorder.tags({names.VENDOR_NAME: vendor.name})
         recorder.text(samples_text(vendor.samples_ms), names.VENDOR_SAMPLES_ARTIFACT)
+        if energy is not None:
+            record_energy(recorder, metrics, plan, names.VENDOR_ENERGY_PREFIX, vendor.energy,
+                          names.X_VENDOR_PER_JOULE)
         if vendor.tf32 is not None:  # a TF32 step against the library in the same mode
             tf32_median = TimeStats.of(vendor.tf32.samples_ms).median
             metrics.update({
@@ -693,6 +727,9 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                 100.0 * tf32_median / stats.median,
             })
             recorder.tags({"vendor_tf32.name": vendor.tf32.name})
+            if energy is not None:
+                record_energy(recorder, metrics, plan, names.VENDOR_TF32_ENERGY_PREFIX,
+                              vendor.tf32.energy, names.X_VENDOR_TF32_PER_JOULE)
             if "noisy" in vendor.tf32.notes:
                 recorder.tags({"vendor_tf32.unusable": vendor.tf32.notes["noisy"]})
             recorder.text(samples_text(vendor.tf32.samples_ms),

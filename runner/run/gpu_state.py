@@ -10,12 +10,13 @@ cap (SW_POWER_CAP) is recorded but is not counted as throttling: a large SGEMM r
 cap on an H100 as a matter of course, and so does the vendor library it is compared with.
 """
 
+import math
 import os
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 SAMPLE_S = 0.01  # NVML's clock readings change every 10-100 ms
 # NVML's power reading is an average over about a second, and its energy counter moves in steps
@@ -202,3 +203,103 @@ class Monitor:
             except Exception:
                 return
             self._stop.wait(SAMPLE_S)
+
+
+# An energy span (timing.energy_s): how often the counter is read, the share of the span at
+# each end whose readings are left out (the launches starting and draining), and the fewest
+# steps of the counter inside what is left.
+ENERGY_POLL_S = 0.001
+ENERGY_EDGE = 0.05
+ENERGY_MIN_STEPS = 3
+# A span of a fast kernel is cut at this many launches (a 10 µs kernel would need 100,000 for
+# a second); one that then lasts under MIN_ENERGY_SPAN_S records no energy.
+ENERGY_MAX_LAUNCHES = 20000
+
+
+@dataclass(frozen=True)
+class EnergySpan:
+    """Launches run back to back for `timing.energy_s` seconds or more, and the GPU's mean power
+    over them: NVML's energy counter (the whole board, joules since the driver loaded) read
+    every millisecond, its first and last step inside the span, away from its ends, divided by
+    the time between them. The counter moves in steps of tens of milliseconds, so the span's
+    own ends would carry a step's worth of error; between two steps the power is exact."""
+    launches: int
+    busy_ms: float  # device events: the first launch's start to the last one's end
+    power_w: float
+
+    @property
+    def joules_per_launch(self) -> float:
+        return self.power_w * self.busy_ms * 1e-3 / self.launches
+
+    def metrics(self, prefix: str, flops: Optional[int], nbytes: int) -> dict:
+        """`<prefix>power_w`, `…j_per_launch`, the sustained rate over the span and its work
+        per joule (GFLOPS per watt is GFLOP per joule), the launches and the span."""
+        seconds = self.busy_ms * 1e-3 / self.launches
+        values = {f"{prefix}power_w": self.power_w,
+                  f"{prefix}j_per_launch": self.joules_per_launch,
+                  f"{prefix}launches": float(self.launches),
+                  f"{prefix}span_s": self.busy_ms * 1e-3}
+        if flops:
+            values[f"{prefix}gflops"] = flops / seconds / 1e9
+            values[f"{prefix}gflops_per_watt"] = flops / self.joules_per_launch / 1e9
+        else:
+            values[f"{prefix}gbps"] = nbytes / seconds / 1e9
+            values[f"{prefix}gbps_per_watt"] = nbytes / self.joules_per_launch / 1e9
+        return values
+
+
+def energy_span(handle, run: Callable[[int], float], launch_ms: float,
+                seconds: float) -> Optional[EnergySpan]:
+    """`run(n)` (n launches back to back, their device-event time in ms) for at least `seconds`
+    at `launch_ms` a launch, with the energy counter read beside it; None without NVML or its
+    counter, for a span under MIN_ENERGY_SPAN_S, or too few steps of the counter inside it."""
+    if handle is None or not seconds > 0 or not launch_ms > 0:
+        return None
+    import pynvml
+
+    def counter() -> Optional[int]:
+        try:
+            return int(pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))  # mJ
+        except Exception:
+            return None
+
+    if counter() is None:
+        return None
+    launches = max(1, min(ENERGY_MAX_LAUNCHES, math.ceil(seconds * 1e3 / launch_ms)))
+    steps: list[tuple[float, int]] = []  # (when a new value was first read, the value)
+    stop = threading.Event()
+
+    def watch() -> None:
+        last = None
+        while not stop.is_set():
+            value, now = counter(), time.perf_counter()
+            if value is not None and value != last:
+                steps.append((now, value))
+                last = value
+            stop.wait(ENERGY_POLL_S)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    began = time.perf_counter()
+    try:
+        busy_ms = run(launches)
+    finally:
+        ended = time.perf_counter()
+        stop.set()
+        watcher.join(timeout=2)
+    edge = ENERGY_EDGE * (ended - began)
+    inside = [(when, value) for when, value in steps if began + edge <= when <= ended - edge]
+    if busy_ms * 1e-3 < MIN_ENERGY_SPAN_S or len(inside) < ENERGY_MIN_STEPS:
+        return None
+    (first_s, first_mj), (last_s, last_mj) = inside[0], inside[-1]
+    if last_s - first_s < 0.5 * (ended - began):
+        return None
+    return EnergySpan(launches, busy_ms, (last_mj - first_mj) * 1e-3 / (last_s - first_s))
+
+
+def energy_probe(handle, seconds: float):
+    """energy_span bound to a GPU and `timing.energy_s` (the EnergyProbe a baseline takes);
+    None where there is nothing to measure (no NVML handle, or 0 seconds: off)."""
+    if handle is None or not seconds or seconds <= 0:
+        return None
+    return lambda run, launch_ms: energy_span(handle, run, launch_ms, seconds)

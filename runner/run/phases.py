@@ -18,6 +18,7 @@ LIMIT_OF = {
     "check": "check",       # the first launch and its float64 reference
     "time": "time",         # warm-up and timed samples
     "recheck": "time",      # the launch after timing, checked again
+    "energy": "time",       # launches back to back for the work per joule (timing.energy_s)
     "vendor": "vendor",     # the vendor library's baseline and its check
 }
 PHASES = tuple(LIMIT_OF)

@@ -11,13 +11,14 @@ import os
 import time
 import weakref
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import numpy as np
 
 from runner.backends.base import Backend
 from runner.config.schema import Operation
 from runner.config.spec import KernelPlan
+from runner.run.gpu_state import EnergySpan
 from runner.run.operations import Problem, check_sgemm
 from runner.run.timing import Repetitions, Warmup, measure, median_noise
 
@@ -30,6 +31,7 @@ class VendorResult:
     tf32: Optional["VendorResult"] = None  # cuBLAS in TF32 mode, for a tensor-core step
     device: str = ""  # where it ran: "CUDA device 1 (00000000:65:00.0)", "host CPU"
     notes: dict = field(default_factory=dict)  # recorded as vendor.<key> tags
+    energy: Optional[EnergySpan] = None  # its launches back to back (timing.energy_s)
 
 
 def _cuda_device_for(backend: Backend) -> Optional[int]:
@@ -72,11 +74,17 @@ def cuda_device_label(device_id: int) -> str:
         return f"CUDA device {device_id}"
 
 
+# energy(run, launch_ms): the EnergySpan of run(n), n launches back to back (gpu_state.energy_span
+# with the job's GPU and timing.energy_s bound), or None.
+EnergyProbe = Callable[[Callable[[int], float], float], Optional[EnergySpan]]
+
+
 def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup,
-                 repeats, flush_l2: bool = False,
-                 tf32: bool = False) -> tuple[list[float], np.ndarray, dict]:
+                 repeats, flush_l2: bool = False, tf32: bool = False,
+                 energy: Optional[EnergyProbe] = None) -> tuple[list[float], np.ndarray, dict]:
     """cuBLAS through cupy.matmul: plain FP32 (the comparison of FP32 with FP32), or with
-    `tf32` the TF32 tensor-core mode that reduced-precision steps are also compared with."""
+    `tf32` the TF32 tensor-core mode that reduced-precision steps are also compared with. With
+    `energy`, its launches back to back after the samples, as the kernel's: notes["energy"]."""
     os.environ["CUPY_TF32"] = "0"
     import cupy
     from cupy._core import _routines_linalg as linalg
@@ -85,31 +93,37 @@ def cublas_sgemm(A: np.ndarray, B: np.ndarray, device_id: int, warmup,
 
     label = "cuBLAS TF32" if tf32 else "cuBLAS SGEMM"
     if not tf32:  # CuPy's default mode for float32, with CUPY_TF32=0: cublasSgemm, FP32 FFMA
-        return _cublas_samples(cupy, hold_queue, A, B, device_id, warmup, repeats, flush_l2, label)
+        return _cublas_samples(cupy, hold_queue, A, B, device_id, warmup, repeats, flush_l2, label,
+                               energy)
     with cupy.cuda.Device(device_id):  # the mode is set for (and checked against) this GPU
         previous = linalg.get_compute_type(np.dtype(np.float32))
         linalg.set_compute_type(np.dtype(np.float32), linalg.COMPUTE_TYPE_TF32)
         try:
             return _cublas_samples(cupy, hold_queue, A, B, device_id, warmup, repeats, flush_l2,
-                                   label)
+                                   label, energy)
         finally:
             linalg.set_compute_type(np.dtype(np.float32), previous)
 
 
 def _cublas_samples(cupy, hold_queue, A: np.ndarray, B: np.ndarray, device_id: int, warmup,
-                    repeats, flush_l2: bool, label: str) -> tuple[list[float], np.ndarray, dict]:
+                    repeats, flush_l2: bool, label: str,
+                    energy: Optional[EnergyProbe] = None) -> tuple[list[float], np.ndarray, dict]:
     with cupy.cuda.Device(device_id):
         a, b = cupy.asarray(A), cupy.asarray(B)
         c = cupy.full((A.shape[0], B.shape[1]), np.nan, dtype=cupy.float32)
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
 
-        def once() -> float:
+        def launches(count: int) -> float:
             hold_queue(cupy)  # as the kernels' own samples: the start event fires with the work
             start.record()
-            cupy.matmul(a, b, out=c)
+            for _ in range(count):
+                cupy.matmul(a, b, out=c)
             end.record()
             end.synchronize()
             return cupy.cuda.get_elapsed_time(start, end)
+
+        def once() -> float:
+            return launches(1)
 
         once()  # first call: handle creation and algorithm selection, never timed
         flush = None
@@ -118,6 +132,8 @@ def _cublas_samples(cupy, hold_queue, A: np.ndarray, B: np.ndarray, device_id: i
             scratch = cupy.empty(max(2 * l2, 64 << 20) // 4, dtype=cupy.float32)
             flush = lambda: scratch.fill(0)  # noqa: E731
         samples, notes = steady_samples(once, warmup, repeats, label, flush)
+        if energy is not None and "noisy" not in notes:
+            notes = {**notes, "energy": energy(launches, float(np.median(samples)))}
         return samples, cupy.asnumpy(c), notes
 
 
@@ -186,22 +202,25 @@ _measured_tf32: "weakref.WeakKeyDictionary[Backend, dict[tuple, VendorResult]]" 
 
 
 def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffers: dict,
-                    timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
+                    timing_cfg, check_cfg, seed: int,
+                    energy: Optional[EnergyProbe] = None) -> Optional[VendorResult]:
     """The baseline for this problem, measured once per backend, size, seed and settings in a
     process: the jobs of a sweep that share a size share one measurement of the library (and a
-    TF32 step's jobs one measurement of cuBLAS in TF32 mode besides)."""
+    TF32 step's jobs one measurement of cuBLAS in TF32 mode besides). With `energy` (cuBLAS
+    only), its work per joule over a span of launches as well."""
     operation = plan.operation
     shape = tuple(array.shape for array in problem.inputs.values())
     # Not the tolerance: it decides whether a result passes, not the library's time or error.
     key = (operation, shape, seed, Warmup.of(timing_cfg).key(),
            Repetitions.of(timing_cfg).key(), timing_cfg.flush_l2,
+           float(timing_cfg.get("energy_s", 0.0) or 0.0) if energy is not None else 0.0,
            check_cfg.full_reference_max_macs, check_cfg.sample_rows, check_cfg.sample_cols)
     measured, measured_tf32 = (_measured.setdefault(backend, {}),
                                _measured_tf32.setdefault(backend, {}))
     baseline = measured.get(key)
     if baseline is None:
         baseline = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
-                                     check_cfg, seed)
+                                     check_cfg, seed, energy)
         if baseline is None or "noisy" not in baseline.notes:  # a noisy one is never reused
             measured[key] = baseline
     device_id = _cuda_device_for(backend) if operation is Operation.sgemm else None
@@ -212,16 +231,18 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
         A, B = problem.inputs["A"], problem.inputs["B"]
         samples, C, notes = cublas_sgemm(A, B, device_id, Warmup.of(timing_cfg),
                                          Repetitions.of(timing_cfg), timing_cfg.flush_l2,
-                                         tf32=True)
+                                         tf32=True, energy=energy)
+        spent = notes.pop("energy", None)
         tf32 = VendorResult("cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)", samples,
-                            _rel_error(A, B, C, check_cfg, seed), notes=notes)
+                            _rel_error(A, B, C, check_cfg, seed), notes=notes, energy=spent)
         if "noisy" not in notes:
             measured_tf32[key] = tf32
     return dataclasses.replace(baseline, tf32=tf32)
 
 
 def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, buffers: dict,
-                      timing_cfg, check_cfg, seed: int) -> Optional[VendorResult]:
+                      timing_cfg, check_cfg, seed: int,
+                      energy: Optional[EnergyProbe] = None) -> Optional[VendorResult]:
     warmup, repeats = Warmup.of(timing_cfg), Repetitions.of(timing_cfg)  # fixed or adaptive
     if operation is not Operation.sgemm:
         nbytes = problem.inputs["src"].nbytes
@@ -240,7 +261,8 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
     device_id = _cuda_device_for(backend)
     notes = {}
     if device_id is not None:
-        samples, C, notes = cublas_sgemm(A, B, device_id, warmup, repeats, timing_cfg.flush_l2)
+        samples, C, notes = cublas_sgemm(A, B, device_id, warmup, repeats, timing_cfg.flush_l2,
+                                         energy=energy)
         name = "cuBLAS SGEMM (CuPy, TF32 off)"
         where = cuda_device_label(device_id)
     elif backend.device_info().device_type == "cpu":
@@ -249,8 +271,9 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
         where = "host CPU"
     else:
         return None  # no vendor library known for this device: absent, not invented
+    spent = notes.pop("energy", None)
     return VendorResult(name, samples, _rel_error(A, B, C, check_cfg, seed), device=where,
-                        notes=notes)
+                        notes=notes, energy=spent)
 
 
 def _rel_error(A: np.ndarray, B: np.ndarray, C: np.ndarray, check_cfg, seed: int) -> float:
