@@ -426,7 +426,14 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     rows = [("matmul_9", "fp32", 51_000.0, {"perf/pct_of_vendor": 99.0}, "clean", "none"),
             ("matmul_13", "tf32", 397_645.0, {"perf/pct_of_vendor": 770.0,
                                               "perf/pct_of_vendor_tf32": 98.3,
-                                              "vendor_tf32/gflops": 404_500.0},
+                                              "vendor_tf32/gflops": 404_500.0,
+                                              "energy/gflops": 371_000.0, "energy/power_w": 690.0,
+                                              "energy/gflops_per_watt": 537.7,
+                                              "vendor_energy/power_w": 610.0,
+                                              "vendor_energy/gflops_per_watt": 80.1,
+                                              "perf/x_vendor_per_joule": 6.713,
+                                              "vendor_tf32_energy/gflops_per_watt": 560.2,
+                                              "perf/x_vendor_tf32_per_joule": 0.9598},
              "clean", "sw_power_cap")]
     for kernel, precision, gflops, metrics, hygiene, reasons in rows:
         run = client.create_run(experiment, run_name=kernel)
@@ -453,6 +460,10 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     assert "| 1,890 MHz | clocks: sw_power_cap | `4788ee4-dirty` |" in page
     assert "| 1,890 MHz | clean | `4788ee4-dirty` |" in page
     assert "770" not in page
+    assert "## Work per joule" in page  # matmul_13's, measured; matmul_9 had no energy span
+    assert ("| matmul_13 | 4096x4096x4096 | cuda | 397,645 | 371,000 | 690 | 537.7 | 610 | "
+            "80.1 | 6.71 | 560.2 | 0.96 |") in page
+    assert "| matmul_9 | 4096x4096x4096 | cuda | 51,000 |" not in page
     assert "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)" in page  # the provenance list
     figures = []
     monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)

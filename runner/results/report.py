@@ -220,6 +220,40 @@ def ceiling_lines(table: dict, ceilings: dict) -> list[str]:
     return lines
 
 
+def energy_lines(table: dict) -> list[str]:
+    """The runs measured with `timing.energy_s`: the kernel's and the libraries' sustained rate,
+    power and work per joule over launches back to back, in the same job, beside the rate."""
+    rows = []
+    for (backend, device), cells in sorted(table.items()):
+        for (kernel, size), run in sorted(cells.items(),
+                                          key=lambda c: (_step_key(c[0][0]), _size_key(c[0][1]))):
+            m = run.data.metrics
+            if m.get(names.ENERGY_GFLOPS_PER_WATT) is None:
+                continue
+            rows.append(
+                f"| {kernel} | {size} | {backend} | {_fmt_rate(_rate(run))} | "
+                f"{_fmt_rate(m.get('energy/gflops'))} | {_fmt(m.get('energy/power_w'), '.0f')} | "
+                f"{_fmt(m.get(names.ENERGY_GFLOPS_PER_WATT), '.1f')} | "
+                f"{_fmt(m.get('vendor_energy/power_w'), '.0f')} | "
+                f"{_fmt(m.get('vendor_energy/gflops_per_watt'), '.1f')} | "
+                f"{_fmt(m.get(names.X_VENDOR_PER_JOULE), '.2f')} | "
+                f"{_fmt(m.get('vendor_tf32_energy/gflops_per_watt'), '.1f')} | "
+                f"{_fmt(m.get(names.X_VENDOR_TF32_PER_JOULE), '.2f')} |")
+    if not rows:
+        return []
+    return ["## Work per joule", "",
+            "Runs with `timing.energy_s`: after its timed launches, the kernel ran back to back "
+            "for that many seconds and more, and so did the vendor library in the same job; "
+            "the power is NVML's energy counter (the whole board) between its steps inside "
+            "each span. GFLOPS/W is GFLOP per joule; the rate under it is the sustained one, "
+            "with the clock the power limit allows.", "",
+            "| step | size | backend | GFLOPS (timed) | GFLOPS (sustained) | W | GFLOPS/W | "
+            "library W | library GFLOPS/W | × per joule | cuBLAS TF32 GFLOPS/W | × TF32 per "
+            "joule |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+            *rows, ""]
+
+
 def _hygiene_cell(run) -> str:
     """What was not clean while timed; `clean` where it was watched and clean, else `—`."""
     tags = run.data.tags
@@ -244,6 +278,7 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
     for caption, name in images or []:
         lines += [f"![{caption}]({name})", ""]
     lines += ceiling_lines(table, ceilings or {})
+    lines += energy_lines(table)
     for (backend, device), cells in sorted(table.items()):
         lines += [f"## {backend} on {device}", "",
                   *provenance(list(cells.values()), uri, commands_label="command(s)"), ""]
