@@ -260,8 +260,12 @@ def test_matmul_9_steady_and_guarded_iterations_meet_correctly(store, backend, k
                                     ["kernel.params.BM=128", "kernel.params.BN=32",
                                      "kernel.params.WM=64", "kernel.params.WN=32",
                                      "kernel.params.TM=8", "kernel.params.TN=8",
-                                     "kernel.params.STAGES=4"]],
-                         ids=["128x128", "128x32"])
+                                     "kernel.params.STAGES=4"],
+                                    ["kernel.params.BM=64", "kernel.params.BN=32",
+                                     "kernel.params.WM=32", "kernel.params.WN=32",
+                                     "kernel.params.TM=8", "kernel.params.TN=4",
+                                     "kernel.params.STAGES=2"]],
+                         ids=["128x128", "128x32", "64x32"])
 @pytest.mark.parametrize("size", [["m=1001", "n=1536", "k=333"], ["m=130", "n=67", "k=36"],
                                   ["m=4097", "n=4095", "k=4093"]],
                          ids=["k-odd", "n-odd", "all-odd"])

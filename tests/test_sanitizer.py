@@ -69,7 +69,7 @@ def test_compute_sanitizer_finds_nothing(name, tool):
 @pytest.mark.parametrize("tool", TOOLS)
 @pytest.mark.parametrize("name, index", CUDA_SIZE_RULES)
 def test_compute_sanitizer_finds_nothing_in_size_rule_shapes(name, index, tool):
-    """The tile shapes size rules choose (matmul_9's 128x32 and 64x64, matmul_12's 128x64, ...)
+    """The tile shapes size rules choose (matmul_9's 64x32 and 64x64, matmul_12's 128x64, ...)
     are what runs at those sizes compile: the same checks as the defaults."""
     _assert_clean(_sanitize(tool, name, overrides=tuple(CUDA_SIZE_RULES[name, index])), tool)
 
