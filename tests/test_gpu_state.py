@@ -248,3 +248,17 @@ def test_a_gpu_run_records_its_and_cublas_work_per_joule(tmp_path):
         assert metrics[names.X_VENDOR_PER_JOULE] > 0
         assert metrics["time_s/energy"] >= 1.5
     assert tf32.data.metrics[names.X_VENDOR_TF32_PER_JOULE] > 0
+
+
+def test_a_run_asked_for_its_work_per_joule_does_not_reuse_one_without_it():
+    from runner.backends import make_backend
+    from runner.config.spec import ProblemSize, plan_kernel
+    from runner.record.resume import measurement_key
+
+    def key(*overrides):
+        cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2", "size=32", *overrides)
+        return measurement_key(cfg, make_backend(cfg.backend),
+                               plan_kernel(cfg.kernel, ProblemSize(32, 32, 32)))
+
+    assert key() == key("timing.energy_s=0")  # off: the key earlier runs were recorded with
+    assert key("timing.energy_s=2") not in (key(), key("timing.energy_s=3"))

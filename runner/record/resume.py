@@ -54,6 +54,9 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
                   cfg.check.sample_rows, cfg.check.sample_cols],
         "runner": __version__,
     }
+    energy_s = float(cfg.timing.get("energy_s", 0.0) or 0.0)
+    if energy_s:  # a run asked for its work per joule measures more: no earlier run stands in
+        identity["energy_s"] = energy_s
     if plan.extra_defines:  # left out when there are none, so earlier keys still match
         identity["defines"] = dict(plan.extra_defines)
     if plan.scalars:
