@@ -68,3 +68,30 @@ def test_a_baseline_asked_for_its_work_per_joule_carries_it_and_is_measured_for_
     assert fake.calls == ["sgemm", "tf32", "sgemm", "tf32"]  # a baseline without it: not reused
     assert probed.energy is spans[0] and probed.tf32.energy is spans[1]
     assert "energy" not in probed.notes  # a span, never a vendor.<note> tag
+
+
+def test_the_device_copy_baseline_carries_its_work_per_joule(monkeypatch):
+    """A copy or transpose step's baseline (the device's own copy) runs back to back for its
+    energy span as cuBLAS does for SGEMM: the probe times n copies in one span."""
+    from runner.backends import make_backend
+    from runner.run.execute import prepare
+    from runner.run.gpu_state import EnergySpan
+
+    monkeypatch.setattr(vendor, "_measured", {})
+    cfg = compose_config("backend.device_type=cpu", "kernel=copy_1", "size=64",
+                         "timing.repeats=3", "timing.warmup=1", "timing.energy_s=1")
+    plan = plan_kernel(cfg.kernel, ProblemSize(64, 64, 64))
+    backend = make_backend(cfg.backend)
+    problem = make_problem(plan.operation, plan.size, seed=0)
+    buffers = prepare(backend, cfg.kernel.sources, plan, problem).buffers
+    spans = []
+
+    def probe(run, launch_ms):
+        spans.append((run(7), launch_ms))
+        return EnergySpan(7, spans[-1][0], 300.0)
+
+    result = vendor.vendor_baseline(backend, plan, problem, buffers, cfg.timing,
+                                    effective_check(cfg), 0, probe)
+    (busy_ms, launch_ms), = spans
+    assert result.energy == EnergySpan(7, busy_ms, 300.0)
+    assert busy_ms > 0 and launch_ms == float(np.median(result.samples_ms))

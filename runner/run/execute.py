@@ -483,7 +483,8 @@ def record_energy(recorder, metrics: dict, plan: KernelPlan, prefix: str,
     over this one's; where none could be measured, a tag that says so (never a 0)."""
     if spent is None:
         recorder.tags({prefix.replace("/", ".") + "unknown": (
-            "no energy: the span was under a second or NVML's counter moved too few times")})
+            "no energy figure: the span lasted under a second, NVML's counter moved too few "
+            "times in it, or the baseline was too noisy to be used")})
         return
     metrics.update(spent.metrics(prefix, plan.flops, plan.min_bytes))
     per_watt = "gflops_per_watt" if plan.flops else "gbps_per_watt"

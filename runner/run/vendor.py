@@ -250,12 +250,16 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
         source = buffers["src"]
         backend.device_copy(destination, source, nbytes)
         backend.synchronize()
-        samples, notes = steady_samples(lambda: backend.time_ms(
-            lambda: [backend.device_copy(destination, source, nbytes)]),
-            warmup, repeats, "device copy",
-            backend.flush_cache if timing_cfg.flush_l2 else None)
+        def copies(count: int) -> float:
+            return backend.time_ms(lambda: [backend.device_copy(destination, source, nbytes)
+                                            for _ in range(count)])
+
+        samples, notes = steady_samples(lambda: copies(1), warmup, repeats, "device copy",
+                                        backend.flush_cache if timing_cfg.flush_l2 else None)
+        spent = energy(copies, float(np.median(samples))) \
+            if energy is not None and "noisy" not in notes else None
         return VendorResult(f"{backend.name} device-to-device copy", samples,
-                            device="the kernel's own device", notes=notes)
+                            device="the kernel's own device", notes=notes, energy=spent)
 
     A, B = problem.inputs["A"], problem.inputs["B"]
     device_id = _cuda_device_for(backend)
