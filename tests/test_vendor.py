@@ -2,6 +2,7 @@
 differ in precision or tolerance; cuBLAS in TF32 mode only for a reduced-precision step."""
 
 import numpy as np
+import pytest
 from conftest import compose_config
 
 import runner.run.vendor as vendor
@@ -23,12 +24,18 @@ class FakeCuda:
         return [1.0, 1.0, 1.0], (A.astype(np.float64) @ B).astype(np.float32), notes
 
 
-def test_fp32_and_tf32_steps_share_one_sgemm_measurement(monkeypatch):
+@pytest.fixture
+def fake(monkeypatch) -> FakeCuda:
+    """cuBLAS replaced by FakeCuda on device 0, with no baseline measured yet."""
     fake = FakeCuda()
     monkeypatch.setattr(vendor, "cublas_sgemm", fake)
     monkeypatch.setattr(vendor, "_cuda_device_for", lambda backend: 0)
     monkeypatch.setattr(vendor, "_measured", {})
     monkeypatch.setattr(vendor, "_measured_tf32", {})
+    return fake
+
+
+def test_fp32_and_tf32_steps_share_one_sgemm_measurement(fake):
     size = ProblemSize(48, 40, 32)
     results = {}
     for name in ("matmul_9", "matmul_10", "matmul_11", "matmul_10"):
@@ -43,14 +50,9 @@ def test_fp32_and_tf32_steps_share_one_sgemm_measurement(monkeypatch):
     assert results["matmul_10"].rel_error == results["matmul_9"].rel_error
 
 
-def test_a_baseline_asked_for_its_work_per_joule_carries_it_and_is_measured_for_it(monkeypatch):
+def test_a_baseline_asked_for_its_work_per_joule_carries_it_and_is_measured_for_it(fake):
     from runner.run.gpu_state import EnergySpan
 
-    fake = FakeCuda()
-    monkeypatch.setattr(vendor, "cublas_sgemm", fake)
-    monkeypatch.setattr(vendor, "_cuda_device_for", lambda backend: 0)
-    monkeypatch.setattr(vendor, "_measured", {})
-    monkeypatch.setattr(vendor, "_measured_tf32", {})
     size = ProblemSize(48, 40, 32)
     spans = []
 
