@@ -1,6 +1,7 @@
 """Kernel specs: parameter checks, each constraint's refusal with its reason, safe expressions."""
 
 import re
+from pathlib import Path
 
 import pytest
 from conftest import (
@@ -148,6 +149,29 @@ def test_a_pre_pass_is_a_helper_launch_before_the_main_one():
     assert plan.main_launch.entry == "matmul_9"
     assert [(side, launch.entry) for side, launch in plan.helper_launches()] == [
         ("prepass", "prepare_operands")]
+
+
+@pytest.mark.parametrize("size, params, overlapping", [
+    ((1000, 1030, 999), {}, True),  # the pre-pass runs: the kernel may start as it finishes
+    ((1000, 1030, 999), {"OVERLAP": 0}, False),
+    ((1024, 1024, 1024), {"A_PREPASS": 0}, False),  # no pre-pass: nothing to overlap
+])
+def test_matmul_9_overlaps_its_pre_pass_only_where_one_runs(size, params, overlapping):
+    plan = plan_for("matmul_9", size=size, **{"BM": 64, "BN": 64, "WM": 32, "WN": 32, "TM": 4,
+                                              "TN": 8, **params})
+    assert plan.main_launch.overlap_previous is overlapping
+    assert not plan.launches[0].overlap_previous
+
+
+def test_an_overlapping_launch_without_a_wait_in_its_source_is_refused():
+    from runner.run.execute import check_overlap_waits
+
+    plan = plan_for("matmul_9", size=(1000, 1030, 999))
+    with pytest.raises(RunError, match="never runs griddepcontrol.wait"):
+        check_overlap_waits(plan, "cuda", "mine.cu", "__global__ void matmul_9() {}")
+    check_overlap_waits(plan, "opencl", "mine.cl", "__kernel void matmul_9() {}")
+    source = Path(__file__).parents[1] / "kernels" / "cuda" / "matmul_9.cu"
+    check_overlap_waits(plan, "cuda", "matmul_9.cu", source.read_text())
 
 
 def test_a_launch_when_that_is_not_an_expression_is_a_clear_error():

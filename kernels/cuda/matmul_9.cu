@@ -131,6 +131,10 @@
 #ifndef PAD_B
 #define PAD_B 1   // N % 4 != 0: the pre-pass copies B into BP with 16-byte aligned rows
 #endif
+#ifndef OVERLAP
+#define OVERLAP 1  // sm_90+: the kernel launches as a programmatic dependent of the pre-pass
+#endif
+#define OVERLAPPED (OVERLAP && __CUDA_ARCH__ >= 900)
 #ifndef A_PREPASS
 #define A_PREPASS 1  // 1: the pre-pass writes AT = A^T; 0: the kernel reads A in place
 #endif
@@ -198,6 +202,9 @@ prepare_operands(const int M, const int N, const int K, const float* __restrict_
             const int k = k0 + ty + r;
             if (k < K && n < ldb) BP[(size_t)k * ldb + n] = n < N ? B[(size_t)k * N + n] : 0.0f;
         }
+#if OVERLAPPED
+        asm volatile("griddepcontrol.launch_dependents;");  // see the end of the function
+#endif
         return;
     }
     const int ldt = (M + 31) & ~31;
@@ -215,6 +222,12 @@ prepare_operands(const int M, const int N, const int K, const float* __restrict_
         const int m = m0 + tx;
         if (k < K && m < ldt) AT[(size_t)k * ldt + m] = tile[tx][ty + r];
     }
+#if OVERLAPPED
+    // With OVERLAP, the kernel launches once every block of this grid is past this point, so
+    // its launch overlaps the last blocks. Not at the start: the kernel's blocks then took
+    // slots while this grid ran, and it ran 1.3-1.7x longer (docs/ladders/sgemm.md).
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
 }
 
 __device__ __forceinline__ unsigned shared_address(const float* p) {
@@ -470,6 +483,12 @@ matmul_9(const int M, const int N, const int K, const float* __restrict__ A,
     for (int c = 0; c < A_SWIZZLES; c++) a_col[c] = m_base ^ A_SWIZZLE(c);
     const float* const b_rd0 = &Bs[0][0][0] + n_base;
 
+#if OVERLAPPED
+    // Launched as a programmatic dependent of the pre-pass (OVERLAP), nothing above reads memory:
+    // wait here until the pre-pass has finished and its AT and BP are visible (a no-op when
+    // launched without it).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
     // Prologue: tiles 0 .. STAGES-2 in flight (group g = tile g), tile 0 visible, its k=0 fragments.
 #pragma unroll
     for (int s = 0; s < STAGES - 1; s++) {

@@ -107,6 +107,9 @@
 #ifndef PAD_B
 #define PAD_B 1   // N % 4 != 0: the pre-pass copies B into BP with 16-byte aligned rows
 #endif
+#ifndef OVERLAP
+#define OVERLAP 1  // CUDA's launch of the kernel over the pre-pass; an in-order queue has none
+#endif
 #ifndef A_PREPASS
 #define A_PREPASS 1  // 1: the pre-pass writes AT = A^T; 0: the kernel reads A in place
 #endif

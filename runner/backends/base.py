@@ -145,10 +145,12 @@ class Backend(ABC):
 
     @abstractmethod
     def launch(self, kernel: Any, groups: Sequence[int], local: Sequence[int],
-               args: Sequence[Any], local_bytes: int = 0) -> Any:
+               args: Sequence[Any], local_bytes: int = 0,
+               overlap_previous: bool = False) -> Any:
         """Enqueue one launch; ints in `args` go as 32-bit ints. `local_bytes` of dynamic
         local memory: CUDA's `extern __shared__` array, OpenCL's trailing `__local` pointer
-        argument (none when 0). Returns the launch's event."""
+        argument (none when 0). `overlap_previous`: it may start while the launch before it
+        finishes, where the backend can do so (CUDA on sm_90+). Returns the launch's event."""
 
     @abstractmethod
     def device_copy(self, dst: Any, src: Any, nbytes: int) -> Any:

@@ -177,6 +177,71 @@ def encode_tensor_map(address: int, rows: int, cols: int, ld: int, box_rows: int
     return np.frombuffer(bytes(raw), dtype=TENSOR_MAP_DTYPE)[0]
 
 
+_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
+
+
+def _launch_kernel_ex():
+    """The driver's cuLaunchKernelEx through ctypes (CuPy launches without attributes)."""
+    import ctypes
+
+    function = getattr(_launch_kernel_ex, "function", None)
+    if function is None:
+        try:
+            function = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
+        except (OSError, AttributeError) as error:
+            raise RunError(f"the CUDA driver has no cuLaunchKernelEx ({error}): overlapping "
+                           "launches need CUDA 12") from None
+
+        class Attribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte union
+            _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_uint64 * 8)]
+
+        class Config(ctypes.Structure):  # CUlaunchConfig
+            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                        ("shared_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                        ("attributes", ctypes.POINTER(Attribute)),
+                        ("attribute_count", ctypes.c_uint)]
+
+        function.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p,
+                             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
+        function.restype = ctypes.c_int
+        function.Attribute, function.Config = Attribute, Config
+        _launch_kernel_ex.function = function
+    return function
+
+
+def _kernel_parameter(value):
+    """A ctypes object holding one kernel argument as the kernel takes it."""
+    import ctypes
+
+    if isinstance(value, np.void):  # a tensor map, passed by value
+        return (ctypes.c_uint8 * value.nbytes).from_buffer_copy(value.tobytes())
+    if isinstance(value, np.int32):
+        return ctypes.c_int32(int(value))
+    if isinstance(value, np.float32):
+        return ctypes.c_float(float(value))
+    return ctypes.c_void_p(int(value.data.ptr))  # a device array
+
+
+def launch_overlapping(kernel, grid, block, args, shared_bytes: int, stream_ptr: int) -> None:
+    """Launch `kernel` as a programmatic dependent of the launch before it on the stream: it
+    may start as soon as that one's blocks have all run `griddepcontrol.launch_dependents`,
+    and waits for its results where it runs `griddepcontrol.wait` (sm_90+)."""
+    import ctypes
+
+    function = _launch_kernel_ex()
+    attribute = function.Attribute(_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attribute.value[0] = 1  # programmaticStreamSerializationAllowed
+    config = function.Config((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
+                             shared_bytes, ctypes.c_void_p(stream_ptr),
+                             ctypes.pointer(attribute), 1)
+    held = [_kernel_parameter(value) for value in args]
+    pointers = (ctypes.c_void_p * max(1, len(held)))(
+        *[ctypes.cast(ctypes.pointer(value), ctypes.c_void_p) for value in held])
+    result = function(ctypes.byref(config), ctypes.c_void_p(int(kernel.ptr)), pointers, None)
+    if result != 0:
+        raise RunError(f"cuLaunchKernelEx refused an overlapping launch: CUresult {result}")
+
+
 class CUDABackend(Backend):
     name = "cuda"
     tensor_maps = True
@@ -308,14 +373,19 @@ class CUDABackend(Backend):
                                  swizzle)
 
     def launch(self, kernel, groups: Sequence[int], local: Sequence[int],
-               args: Sequence[Any], local_bytes: int = 0) -> None:
+               args: Sequence[Any], local_bytes: int = 0,
+               overlap_previous: bool = False) -> None:
         grid = tuple(groups) + (1,) * (3 - len(groups))
         block = tuple(local) + (1,) * (3 - len(local))
         kernel_args = tuple(np.int32(a) if isinstance(a, int) else a for a in args)
         try:
             if local_bytes > 48 * 1024:
                 self._allow_dynamic_shared(kernel, local_bytes)
-            kernel(grid, block, kernel_args, shared_mem=local_bytes)
+            if overlap_previous and self.compute_capability >= 90:
+                launch_overlapping(kernel, grid, block, kernel_args, local_bytes,
+                                   self._cupy.cuda.get_current_stream().ptr)
+            else:
+                kernel(grid, block, kernel_args, shared_mem=local_bytes)
         except self._cupy.cuda.driver.CUDADriverError as error:
             shape = "x".join(str(v) for v in local)
             raise RunError(f"CUDA refused to launch a {shape} block: {error}") from None

@@ -399,7 +399,8 @@ class OpenCLBackend(Backend):
         cl.enqueue_fill_buffer(self.queue, buffer, POISON, 0, buffer.size).wait()
 
     def launch(self, kernel: "cl.Kernel", groups: Sequence[int], local: Sequence[int],
-               args: Sequence[Any], local_bytes: int = 0) -> "cl.Event":
+               args: Sequence[Any], local_bytes: int = 0,
+               overlap_previous: bool = False) -> "cl.Event":  # in order: no overlap
         global_size = tuple(g * l for g, l in zip(groups, local))
         kernel_args = [np.int32(a) if isinstance(a, int) else a for a in args]
         if local_bytes:

@@ -66,6 +66,10 @@ class LaunchConfig:
     # True: the launch the step is about (its registers, alpha and beta are the run's), where
     # it is neither named as the step nor last (a pass after it that unpads C); at most one.
     main: bool = False
+    # Expression: where it holds, CUDA on sm_90+ launches this one as a programmatic dependent
+    # of the launch before it, so it starts while that one finishes; its kernel must execute
+    # `griddepcontrol.wait` before reading what that launch wrote. OpenCL ignores it.
+    overlap_previous: Optional[str] = None
 
 
 @dataclass

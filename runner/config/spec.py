@@ -277,6 +277,7 @@ class Launch:
     groups: tuple[int, ...]
     local_bytes: int = 0  # dynamic local/shared memory
     main: bool = False  # the spec's `main: true`
+    overlap_previous: bool = False  # the spec's `overlap_previous` held (CUDA sm_90+ only)
 
     @property
     def work_group_size(self) -> int:
@@ -454,13 +455,18 @@ def _ints(name: str, what: str, expressions, names: Mapping[str, int]) -> tuple[
 
 def _launch_wanted(name: str, launch_cfg, names: Mapping[str, int]) -> bool:
     """A launch with a `when` runs only where it holds (e.g. a pre-pass some tiles skip)."""
-    when = launch_cfg.get("when")
-    if when is None:
-        return True
+    return _launch_condition(name, launch_cfg, "when", names, default=True)
+
+
+def _launch_condition(name: str, launch_cfg, key: str, names: Mapping[str, int],
+                      default: bool) -> bool:
+    expression = launch_cfg.get(key)
+    if expression is None:
+        return default
     try:
-        return bool(evaluate(when, names))
+        return bool(evaluate(expression, names))
     except ExpressionError as error:
-        raise RunError(f"{name}: bad `when` of launch {launch_cfg.entry}: {error}") from None
+        raise RunError(f"{name}: bad `{key}` of launch {launch_cfg.entry}: {error}") from None
 
 
 def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
@@ -507,8 +513,10 @@ def plan_kernel(kernel_cfg, size: ProblemSize) -> KernelPlan:
         if local_bytes < 0:
             raise RunError(f"{name}: launch {launch_cfg.entry} asks for {local_bytes} bytes of "
                            "local memory")
+        overlap = bool(launches) and _launch_condition(name, launch_cfg, "overlap_previous",
+                                                       names, default=False)
         launches.append(Launch(entry, args, local, groups, local_bytes,
-                               bool(launch_cfg.get("main", False))))
+                               bool(launch_cfg.get("main", False)), overlap))
     if not launches:
         raise RunError(f"{name}: the spec lists no launches")
     if sum(launch.main for launch in launches) > 1:

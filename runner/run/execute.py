@@ -269,6 +269,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
                       f"backend={backend.name} cannot make (CUDA only)")
     path = kernel_source_path(backend.name, file_name, kernel_dirs)
     source = kernel_source_text(path, plan.include_first.get(backend.name, ()))
+    check_overlap_waits(plan, backend.name, file_name, source)
     include_dirs = (str(path.parent),)  # files beside the source that it includes
     program = compile_once(backend, source, file_name, plan.entries, plan.defines,
                            plan.max_registers, include_dirs)
@@ -303,7 +304,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
 
     def enqueue():
         return [backend.launch(program.kernels[launch.entry], launch.groups, launch.local,
-                               args, launch.local_bytes)
+                               args, launch.local_bytes, launch.overlap_previous)
                 for launch, args in zip(plan.launches, bound)]
 
     pristine = {}
@@ -312,6 +313,16 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
     return PreparedRun(file_name, artifact, program, buffers, enqueue, source, guarded, plan.name,
                        plan.size.label(plan.operation), pristine,
                        (plan.blas_alpha, plan.blas_beta), include_dirs, headers)
+
+
+def check_overlap_waits(plan: KernelPlan, backend_name: str, file_name: str, source: str):
+    """A CUDA launch that overlaps the one before it reads that one's results only after
+    `griddepcontrol.wait`; a source without one would race its pre-pass, so it is refused."""
+    overlapping = [launch.entry for launch in plan.launches if launch.overlap_previous]
+    if backend_name == "cuda" and overlapping and "griddepcontrol.wait" not in source:
+        raise RunError(f"{plan.name}: {overlapping[0]} overlaps the launch before it "
+                       f"(overlap_previous), but {file_name} never runs griddepcontrol.wait, so "
+                       "it could read that launch's results before they are written")
 
 
 def bind_tensor_map(backend: Backend, plan: KernelPlan, arg: TensorMapArg, guarded: dict):
