@@ -267,12 +267,13 @@ def test_a_transpose_is_compared_without_a_copy_and_still_bit_for_bit():
     assert not check_exact(zero, negative_zero).passed
 
 
-def test_a_checked_launch_downloads_its_output_once_and_still_checks_its_guards(cpu_backend):
+def test_a_checked_launch_downloads_its_output_once_and_of_its_inputs_only_the_guards(
+        cpu_backend):
     cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2")
     plan = plan_kernel(cfg.kernel, ProblemSize(64, 48, 32))
     problem = make_problem(plan.operation, plan.size, 0)
     prepared = prepare(cpu_backend, cfg.kernel.sources, plan, problem)
-    downloads = []
+    downloads, ranges = [], []
 
     class Counting:
         def __getattr__(self, name):
@@ -282,11 +283,17 @@ def test_a_checked_launch_downloads_its_output_once_and_still_checks_its_guards(
             downloads.append(shape)
             return cpu_backend.download(buffer, shape)
 
+        def download_range(self, buffer, offset, count):
+            ranges.append(count)
+            return cpu_backend.download_range(buffer, offset, count)
+
     checked = checked_launch(Counting(), prepared, problem, effective_check(cfg), 0)
     assert checked.passed and checked.launch_ms is not None
     whole = {name: (guarded.guard * 2 + guarded.count,)
              for name, guarded in prepared.guarded.items()}
-    assert sorted(downloads) == sorted(whole.values())  # A, B, C whole: C not again
+    assert downloads == [whole["C"]]  # C whole, once; A and B compared on the device
+    guards = [prepared.guarded[name].guard for name in ("A", "B") for _ in range(2)]
+    assert sorted(ranges) == sorted(guards)
     # a write past the end of C is still caught, from the same single download
     output = prepared.guarded["C"]
     bits = cpu_backend.download(output.whole, whole["C"]).view(np.uint32).copy()
@@ -429,3 +436,22 @@ def test_kept_problems_give_way_before_a_run_is_refused_for_host_memory(monkeypa
     monkeypatch.setattr(execute_module, "check_host_memory", always_short)
     with pytest.raises(Refused, match="short"):
         execute(cfg, backend, plan, Recorder())
+
+
+def test_an_input_is_compared_on_the_device_and_a_change_is_still_placed(cpu_backend):
+    from runner.run.guards import guarded_upload, violation
+
+    values = np.arange(5000, dtype=np.float32).reshape(50, 100)
+    guarded = guarded_upload(cpu_backend, values, 100)
+    assert guarded.pristine is not None
+    assert violation(cpu_backend, "A", guarded) is None
+    changed = values.copy()
+    changed[3, 7] = -1.0  # written into the input, as a kernel could
+    cpu_backend.device_copy(guarded.inner, cpu_backend.upload(changed), values.nbytes)
+    assert cpu_backend.count_differences(guarded.inner, guarded.pristine, values.size) == 1
+    assert violation(cpu_backend, "A", guarded) == (
+        "changed input A (1 of its 5000 elements, first at element 307)")
+    # the device's copy damaged (a stray write elsewhere), the input intact: judged by the host
+    cpu_backend.device_copy(guarded.inner, cpu_backend.upload(values), values.nbytes)
+    cpu_backend.device_copy(guarded.pristine, cpu_backend.upload(changed), values.nbytes)
+    assert violation(cpu_backend, "A", guarded) is None

@@ -129,6 +129,15 @@ class Backend(ABC):
     @abstractmethod
     def download(self, buffer: Any, shape: tuple[int, ...]) -> np.ndarray: ...
 
+    @abstractmethod
+    def download_range(self, buffer: Any, offset: int, count: int) -> np.ndarray:
+        """`count` floats of `buffer` from float `offset` on (any offset), on the host."""
+
+    @abstractmethod
+    def count_differences(self, first: Any, second: Any, count: int) -> int:
+        """How many of the first `count` 32-bit words of two buffers differ, counted on the
+        device (as bits: a NaN equals itself), so that neither is copied to the host."""
+
     def tensor_map(self, buffer: Any, rows: int, cols: int, ld: int, box_rows: int,
                    box_cols: int, swizzle: int) -> Any:
         """A TMA tensor map over `buffer` (a view from `view`, or an allocation) as a launch

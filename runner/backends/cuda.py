@@ -364,6 +364,14 @@ class CUDABackend(Backend):
         count = int(np.prod(shape))
         return self._cupy.asnumpy(buffer[:count]).reshape(shape)
 
+    def download_range(self, buffer, offset: int, count: int) -> np.ndarray:
+        return self._cupy.asnumpy(buffer[offset:offset + count])
+
+    def count_differences(self, first, second, count: int) -> int:
+        words = self._cupy.uint32
+        return int(self._cupy.count_nonzero(first[:count].view(words)
+                                            != second[:count].view(words)))
+
     def poison(self, buffer) -> None:
         buffer.fill(POISON)
 

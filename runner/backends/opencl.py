@@ -395,6 +395,27 @@ class OpenCLBackend(Backend):
         cl.enqueue_copy(self.queue, host, buffer).wait()
         return host
 
+    def download_range(self, buffer: "cl.Buffer", offset: int, count: int) -> np.ndarray:
+        host = np.empty(count, dtype=np.float32)
+        cl.enqueue_copy(self.queue, host, buffer, src_offset=offset * 4).wait()
+        return host
+
+    def count_differences(self, first: "cl.Buffer", second: "cl.Buffer", count: int) -> int:
+        import pyopencl.array as cl_array
+
+        counter = getattr(self, "_difference_counter", None)
+        if counter is None:
+            from pyopencl.reduction import ReductionKernel
+
+            counter = ReductionKernel(self.context, np.int64, neutral="0", reduce_expr="a+b",
+                                      map_expr="first[i] != second[i]",
+                                      arguments="__global const uint *first, "
+                                                "__global const uint *second")
+            self._difference_counter = counter
+        words = [cl_array.Array(self.queue, (count,), np.uint32, data=buffer)
+                 for buffer in (first, second)]
+        return int(counter(*words, queue=self.queue).get())
+
     def poison(self, buffer: "cl.Buffer") -> None:
         cl.enqueue_fill_buffer(self.queue, buffer, POISON, 0, buffer.size).wait()
 

@@ -289,7 +289,7 @@ def prepare(backend: Backend, sources_cfg, plan: KernelPlan, problem: Problem,
     initial = problem.initial.get(problem.output_name)
     if initial is not None:  # the kernel reads it: C0 between the guards, not an input
         guarded[problem.output_name] = dataclasses.replace(
-            guarded_upload(backend, initial, out_cols, guards), original=None)
+            guarded_upload(backend, initial, out_cols, guards), original=None, pristine=None)
     else:
         guarded[problem.output_name] = guarded_alloc(backend, out_rows * out_cols, out_cols,
                                                      guards)
@@ -393,7 +393,8 @@ def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, ch
     output = prepared.guarded.get(problem.output_name)
     downloaded = _Downloaded(backend, output)
     for name, guarded in prepared.guarded.items():
-        wrong = violation(downloaded if guarded is output else backend, name, guarded)
+        wrong = (violation(downloaded, name, guarded, whole=True) if guarded is output
+                 else violation(backend, name, guarded))
         if wrong:
             raise VerificationError(f"{prepared.kernel_name} {wrong} at {prepared.size_label}")
     result = downloaded.inner(problem.output_shape)
