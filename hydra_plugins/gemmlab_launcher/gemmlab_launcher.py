@@ -7,7 +7,8 @@ Hydra finds launchers only in the `hydra_plugins` namespace package; conf/config
 this one (`override hydra/launcher: gemmlab`). Each job's config is composed once, before the
 batch starts, and run as the basic launcher runs it: Hydra's basic sweeper composes every job's
 config to validate the batch before launching it, and the launcher takes those (a grid sweep
-composed each job twice, 0.1-0.2 s a time).
+composed each job twice, 0.1-0.2 s a time), each from config files parsed once per process
+(runner/sweep/compose_cache.py).
 """
 
 import logging
@@ -76,7 +77,10 @@ def _without_hydra(config: DictConfig) -> DictConfig:
 
 class GemmlabLauncher(BasicLauncher):
     def setup(self, *, hydra_context, task_function, config) -> None:
+        from runner.sweep import compose_cache
+
         super().setup(hydra_context=hydra_context, task_function=task_function, config=config)
+        compose_cache.install()
         loader = hydra_context.config_loader
         if not isinstance(loader.load_sweep_config, _ComposedOnce):
             loader.load_sweep_config = _ComposedOnce(loader.load_sweep_config)
