@@ -15,6 +15,13 @@ empty compile cache for each (GEMMLAB_COMPILE_CACHE=<a new folder>); the page qu
     python docs/benchmarks/runner_time.py --before sqlite:///before.db --after sqlite:///after.db \
         --out docs/benchmarks/runner_time_h100.md
 
+Runs of two trees alternated into one store (`--alternated`, its own page): each sweep above
+into `tracking.experiment=<tree>-<round>` (`old-1`, `new-1`, `old-2`, ...), the old tree run from
+its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
+
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s42.db \
+        --out docs/benchmarks/runner_time_h100_alternated.md
+
 The wall times are the sweeps' own (`gemmlab.sweep.wall_s`: from the sweep's start to its last
 job's end), the per-job figure the one the sweep prints; the stages are the after tree's
 (`gemmlab.sweep.phase_s.*`, which the before tree did not record).
@@ -146,13 +153,59 @@ def page(before: MlflowClient, after: MlflowClient) -> str:
     return "\n".join(lines)
 
 
+def alternated_page(client: MlflowClient, store: str) -> str:
+    """One row per sweep of the trees alternated into one store, in the order they ran."""
+    sweeps = []
+    for experiment in client.search_experiments():
+        parent = sweep_parent(client, experiment.name) if "-" in experiment.name else None
+        if parent is not None:
+            sweeps.append((parent.info.start_time, experiment.name, parent))
+    sweeps.sort()
+    rows, device, driver = [], "", ""
+    for _, name, parent in sweeps:
+        job = first_job(client, parent)
+        device = job.data.tags.get(names.DEVICE_NAME, device)
+        driver = job.data.tags.get(names.DEVICE_DRIVER, driver)
+        jobs = tag(parent, "jobs")
+        checks = tag(parent, "phase_s.check") + tag(parent, "phase_s.recheck")
+        rows.append(f"| {name} | `{job.data.tags.get(names.GIT_COMMIT, '?')}` | {jobs:.0f} | "
+                    f"{tag(parent, 'wall_s'):.1f} s | {checks / jobs:.2f} s | "
+                    f"{tag(parent, 'phase_s.between_jobs') / jobs:.2f} s | "
+                    f"{tag(parent, 'overhead_s_per_job'):.2f} s |")
+    day = datetime.datetime.fromtimestamp(sweeps[0][0] / 1000, datetime.timezone.utc).date()
+    return "\n".join([
+        f"# The runner's own time per job, two trees alternated: {device}",
+        "",
+        f"{device}, driver {driver}, {day}, one sitting, an empty compile cache for each run. "
+        f"Made by `docs/benchmarks/runner_time.py --alternated {store}` (its docstring has the "
+        "commands): the 20-job CUDA sweep, in the order the runs were made.",
+        "",
+        "| run | commit | jobs | wall | check and recheck per job | between jobs per job "
+        "| runner's own time per job |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        *rows,
+        "",
+        "The wall is the sweep's own (`gemmlab.sweep.wall_s`). The runner's own time per job is "
+        "what the sweep prints: the wall less `time_s/kernel_work`, which spans the checked "
+        "launch and its check, the timed samples and the check after them; so a faster check "
+        "shortens the wall, not that figure.",
+        "",
+    ])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="the store of the tree before")
-    parser.add_argument("--after", required=True, help="the store of the tree after")
+    parser.add_argument("--before", help="the store of the tree before")
+    parser.add_argument("--after", help="the store of the tree after")
+    parser.add_argument("--alternated", help="one store of two trees' sweeps, alternated")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
-    args.out.write_text(page(MlflowClient(args.before), MlflowClient(args.after)))
+    if args.alternated:
+        args.out.write_text(alternated_page(MlflowClient(args.alternated), args.alternated))
+    elif args.before and args.after:
+        args.out.write_text(page(MlflowClient(args.before), MlflowClient(args.after)))
+    else:
+        parser.error("give --before and --after, or --alternated")
     print(f"wrote {args.out}")
 
 
