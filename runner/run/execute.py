@@ -21,7 +21,13 @@ import numpy as np
 from runner.backends.base import Backend, CompiledProgram, DeviceInfo, KernelResources
 from runner.backends.includes import local_includes
 from runner.config.paths import kernel_source_path, kernel_source_text
-from runner.config.spec import KernelPlan, ScalarArg, TensorMapArg, entry_label
+from runner.config.spec import (
+    OPERATION_BUFFERS,
+    KernelPlan,
+    ScalarArg,
+    TensorMapArg,
+    entry_label,
+)
 from runner.errors import ImpossibleResult, Refused, RunError, VerificationError
 from runner.record import names
 from runner.run.gpu_state import EnergySpan, GpuState, Monitor, energy_probe, nvml_handle
@@ -560,6 +566,9 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         buffer_floats["C0"] = problem_floats["C"]
     if plan.operation.value != "sgemm":
         buffer_floats["baseline copy"] = problem_floats["src"]
+    if not cfg.check.get("sanitizer"):  # each input's device copy the check compares it with
+        buffer_floats.update({f"{name} copy": problem_floats[name]
+                              for name in OPERATION_BUFFERS[plan.operation][:-1]})
     on_phase("inputs")
     check_memory(plan, device, buffer_floats)
     try:
