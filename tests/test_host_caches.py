@@ -267,8 +267,13 @@ def test_a_transpose_is_compared_without_a_copy_and_still_bit_for_bit():
     assert not check_exact(zero, negative_zero).passed
 
 
-def test_a_checked_launch_downloads_its_output_once_and_of_its_inputs_only_the_guards(
-        cpu_backend):
+@pytest.mark.parametrize("on_device", [True, False])
+def test_a_checked_launch_downloads_its_output_once_and_large_inputs_only_their_guards(
+        cpu_backend, monkeypatch, on_device):
+    from runner.run import guards
+
+    if on_device:  # as if A and B were large: compared on the device
+        monkeypatch.setattr(guards, "DEVICE_COMPARE_MIN_FLOATS", 0)
     cfg = compose_config("backend.device_type=cpu", "kernel=matmul_2")
     plan = plan_kernel(cfg.kernel, ProblemSize(64, 48, 32))
     problem = make_problem(plan.operation, plan.size, 0)
@@ -291,9 +296,12 @@ def test_a_checked_launch_downloads_its_output_once_and_of_its_inputs_only_the_g
     assert checked.passed and checked.launch_ms is not None
     whole = {name: (guarded.guard * 2 + guarded.count,)
              for name, guarded in prepared.guarded.items()}
-    assert downloads == [whole["C"]]  # C whole, once; A and B compared on the device
-    guards = [prepared.guarded[name].guard for name in ("A", "B") for _ in range(2)]
-    assert sorted(ranges) == sorted(guards)
+    if on_device:
+        assert downloads == [whole["C"]]  # C whole, once; A and B compared on the device
+        sizes = [prepared.guarded[name].guard for name in ("A", "B") for _ in range(2)]
+        assert sorted(ranges) == sorted(sizes)
+    else:  # small inputs come back whole, each once, as C does
+        assert sorted(downloads) == sorted(whole.values()) and not ranges
     # a write past the end of C is still caught, from the same single download
     output = prepared.guarded["C"]
     bits = cpu_backend.download(output.whole, whole["C"]).view(np.uint32).copy()
@@ -438,9 +446,13 @@ def test_kept_problems_give_way_before_a_run_is_refused_for_host_memory(monkeypa
         execute(cfg, backend, plan, Recorder())
 
 
-def test_an_input_is_compared_on_the_device_and_a_change_is_still_placed(cpu_backend):
+def test_an_input_is_compared_on_the_device_and_a_change_is_still_placed(cpu_backend,
+                                                                          monkeypatch):
+    from runner.run import guards
     from runner.run.guards import guarded_upload, violation
 
+    monkeypatch.setattr(guards, "DEVICE_COMPARE_MIN_FLOATS", 5000)
+    assert guarded_upload(cpu_backend, np.zeros(4999, np.float32), 100).pristine is None
     values = np.arange(5000, dtype=np.float32).reshape(50, 100)
     guarded = guarded_upload(cpu_backend, values, 100)
     assert guarded.pristine is not None

@@ -32,7 +32,13 @@ from runner.errors import ImpossibleResult, Refused, RunError, VerificationError
 from runner.record import names
 from runner.run.gpu_state import EnergySpan, GpuState, Monitor, energy_probe, nvml_handle
 from runner.run.host_state import HostMonitor, HostState
-from runner.run.guards import guarded_alloc, guarded_upload, violation
+from runner.run.guards import (
+    GUARD_UNIT_FLOATS,
+    compared_on_device,
+    guarded_alloc,
+    guarded_upload,
+    violation,
+)
 from runner.run.limits import (
     check_device_support,
     check_host_memory,
@@ -566,9 +572,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         buffer_floats["C0"] = problem_floats["C"]
     if plan.operation.value != "sgemm":
         buffer_floats["baseline copy"] = problem_floats["src"]
-    if not cfg.check.get("sanitizer"):  # each input's device copy the check compares it with
-        buffer_floats.update({f"{name} copy": problem_floats[name]
-                              for name in OPERATION_BUFFERS[plan.operation][:-1]})
+    guard = 0 if cfg.check.get("sanitizer") else GUARD_UNIT_FLOATS
+    buffer_floats.update({f"{name} copy": problem_floats[name]  # what the input check compares
+                          for name in OPERATION_BUFFERS[plan.operation][:-1]
+                          if compared_on_device(problem_floats[name], guard)})
     on_phase("inputs")
     check_memory(plan, device, buffer_floats)
     try:

@@ -1,8 +1,9 @@
 """Guard zones: every buffer a kernel gets sits inside a larger one whose regions before and
 after it hold a sentinel. After the checked launch, a guard that changed means the kernel wrote
 outside its buffer, and an input that changed means it wrote into its inputs: both fail the run.
-Only the guards come back to the host; an input is compared on the device with a copy made at
-its upload, and downloaded only to say where it changed (at 8192, A and B are 512 MB).
+A large input is compared on the device with a copy made at its upload, so that only its guards
+come back to the host (at 8192, A and B are 512 MB), and it is downloaded only to say where it
+changed; a small one comes back whole, which costs less than the compare.
 
 The kernel and every timed launch get the same inner views, so nothing is measured differently:
 the inner view starts 64 KiB (or a multiple) into the allocation, keeping every alignment a
@@ -17,6 +18,9 @@ import numpy as np
 from runner.backends.base import Backend
 
 GUARD_UNIT_FLOATS = 16 * 1024  # 64 KiB: the least guard, and the step guards grow by
+# From 16 MB on, an input is compared on the device: below, its download is cheaper than the
+# compare (OpenCL's first compare in a process builds a reduction kernel, 0.1 s on a CPU).
+DEVICE_COMPARE_MIN_FLOATS = 1 << 22
 # A NaN with a payload no arithmetic produces (compared as bits, never as floats).
 SENTINEL_BITS = np.uint32(0x7FBADBAD)
 
@@ -75,10 +79,15 @@ def guarded_upload(backend: Backend, array: np.ndarray, row_floats: int,
     whole = backend.upload(_padded(array.size, guard, array))
     inner = backend.view(whole, guard, array.size) if guard else whole
     pristine = None
-    if guard:
+    if compared_on_device(array.size, guard):
         pristine = backend.alloc(array.size)
         backend.device_copy(pristine, inner, array.size * 4)
     return GuardedBuffer(whole, inner, guard, array.size, array, pristine)
+
+
+def compared_on_device(count: int, guard: int) -> bool:
+    """Whether an input of `count` floats gets a device copy for its check."""
+    return guard > 0 and count >= DEVICE_COMPARE_MIN_FLOATS
 
 
 def guarded_alloc(backend: Backend, count: int, row_floats: int,
@@ -121,10 +130,11 @@ def violation(backend: Backend, name: str, buffer: GuardedBuffer,
               whole: bool = False) -> Optional[str]:
     """What the kernel did outside `buffer` (or to it, for an input), or None. `whole`: the
     allocation comes to the host in one copy (an output whose values are checked next; then
-    `backend` needs only `download`), else only its guards do."""
+    `backend` needs only `download`), as does an input with no device copy; else only its
+    guards do."""
     guard, count = buffer.guard, buffer.count
     inner = None
-    if whole or not guard:
+    if whole or not guard or (buffer.original is not None and buffer.pristine is None):
         bits = backend.download(buffer.whole, (guard * 2 + count,)).view(np.uint32)
         head, tail, inner = bits[:guard], bits[guard + count:], bits[guard:guard + count]
     else:
@@ -139,10 +149,9 @@ def violation(backend: Backend, name: str, buffer: GuardedBuffer,
         return (f"wrote {before.size} floats before the start of {name} (first at element "
                 f"{_first(before) - guard})")
     if buffer.original is not None:
-        if inner is None and buffer.pristine is not None and \
-                backend.count_differences(buffer.inner, buffer.pristine, count) == 0:
-            return None
-        if inner is None:  # changed (or no copy to compare with): where, from the host's copy
+        if inner is None:  # compared on the device; downloaded only to say where it changed
+            if backend.count_differences(buffer.inner, buffer.pristine, count) == 0:
+                return None
             inner = backend.download_range(buffer.whole, guard, count).view(np.uint32)
         changed = np.flatnonzero(inner != buffer.original.ravel().view(np.uint32))
         if changed.size:
