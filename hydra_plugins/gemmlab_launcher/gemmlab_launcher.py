@@ -4,17 +4,23 @@ each job's inputs, reference and vendor baseline prepared by the worker while th
 sets the job up (runner/run/ahead.py).
 
 Hydra finds launchers only in the `hydra_plugins` namespace package; conf/config.yaml selects
-this one (`override hydra/launcher: gemmlab`). Each job's config is composed once, before the
-batch starts, and run as the basic launcher runs it: Hydra's basic sweeper composes every job's
-config to validate the batch before launching it, and the launcher takes those (a grid sweep
-composed each job twice, 0.1-0.2 s a time), each from config files parsed once per process
-(runner/sweep/compose_cache.py).
+this one (`override hydra/launcher: gemmlab`). Each job's config is composed once and run as the
+basic launcher runs it, from config files parsed once per process
+(runner/sweep/compose_cache.py). Hydra's basic sweeper composes every job's config to validate
+the batch before launching it (0.05-0.1 s a job), and the launcher takes those. In a CUDA batch
+only the first is composed then: the others are composed in a thread while the jobs run (the
+GPU does the jobs' work; this process mostly waits for it), each handed to the compile pool as
+it comes, so the first job starts a second or more earlier in a 20-job sweep. A config that
+cannot be composed then ends the sweep with Hydra's error before the next job starts; the jobs
+already run stay recorded. An OpenCL batch, whose jobs may time the CPU's cores, is composed
+whole before it starts, as Hydra does.
 """
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from hydra._internal.core_plugins.basic_launcher import BasicLauncher
 from hydra.core.config_store import ConfigStore
@@ -44,17 +50,27 @@ class _ComposedOnce:
     again with the same overrides (the sweeper's validation, then the launcher): that second
     call takes it, so each config object goes to one job. The first config composed for a
     batch goes to the worker at once (`prepare_first`): it prepares that job while the rest of
-    the batch is composed (a grid sweep's validation composes all of it before any job runs)."""
+    the batch is composed. Where that first job runs on CUDA, the validation's later calls are
+    composed in a thread (`_compose_later`), which the launcher's call waits for; the
+    validation, which discards what it gets, gets None for them."""
 
     def __init__(self, load):
         self._load = load
         self._kept: dict = {}
         self._first_sent = False
+        self._later: Optional[ThreadPoolExecutor] = None
+        self._on_composed: Optional[Callable] = None
+        self._launching = False  # from the launcher's first call: every miss composed at once
 
     def __call__(self, master_config, sweep_overrides):
         key = (id(master_config), tuple(sweep_overrides))
         if key in self._kept:
-            return self._kept.pop(key)
+            kept = self._kept.pop(key)
+            return kept.result() if isinstance(kept, Future) else kept
+        if self._later is not None and not self._launching:
+            self._kept[key] = self._later.submit(self._compose_later, master_config,
+                                                 list(sweep_overrides))
+            return None
         config = self._load(master_config, sweep_overrides)
         self._kept[key] = config
         if not self._first_sent:
@@ -63,11 +79,46 @@ class _ComposedOnce:
             from runner.sweep.precompile import request_of
 
             prepare_first(_without_hydra(config), request_of(config, list(sweep_overrides)))
+            if config.backend.name == "cuda":
+                self._later = ThreadPoolExecutor(1, thread_name_prefix="gemmlab-compose")
         return config
 
+    def _compose_later(self, master_config, sweep_overrides: list):
+        config = self._load(master_config, sweep_overrides)
+        if self._on_composed is not None:
+            self._on_composed(config, sweep_overrides)
+        return config
+
+    def composing(self) -> bool:
+        """Whether this batch's later configs are composed in the background."""
+        return self._later is not None
+
+    def launching(self, on_composed: Optional[Callable] = None) -> None:
+        """The launcher's calls begin: a config not kept is composed at once, in its thread.
+        `on_composed(config, overrides)` is called in the composing thread for each config it
+        composes from now on (the compile pool's requests)."""
+        self._launching = True
+        self._on_composed = on_composed
+
+    def pending(self, master_config, sweep_overrides) -> Optional[Future]:
+        kept = self._kept.get((id(master_config), tuple(sweep_overrides)))
+        return kept if isinstance(kept, Future) else None
+
+    def failure(self, master_config, jobs: Sequence[Sequence[str]]) -> Optional[BaseException]:
+        """The first error among these jobs' compositions that have ended, in job order."""
+        for overrides in jobs:
+            kept = self.pending(master_config, overrides)
+            if kept is not None and kept.done() and not kept.cancelled() \
+                    and kept.exception() is not None:
+                return kept.exception()
+        return None
+
     def forget(self) -> None:
+        if self._later is not None:  # a composition under way ends on its own, unused
+            self._later.shutdown(wait=False, cancel_futures=True)
         self._kept.clear()
         self._first_sent = False
+        self._later, self._on_composed, self._launching = None, None, False
 
 
 def _without_hydra(config: DictConfig) -> DictConfig:
@@ -96,14 +147,42 @@ class GemmlabLauncher(BasicLauncher):
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         log.info(f"Launching {len(job_overrides)} jobs locally")
-        configs = [self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
-                   for overrides in job_overrides]
+        loader = self.hydra_context.config_loader.load_sweep_config
+        composed = isinstance(loader, _ComposedOnce)
+        background = composed and loader.composing()
+        jobs = [list(overrides) for overrides in job_overrides]
+        if composed:
+            loader.launching()
+        first = loader(self.config, jobs[0]) if jobs else None
+        configs: list = [first] + [None] * (len(jobs) - 1)
+
+        def config_of(index: int):
+            if configs[index] is None:
+                configs[index] = loader(self.config, jobs[index])
+            return configs[index]
+
         runs: List[JobReturn] = []
-        with Precompiler([request_of(config, overrides)
-                          for config, overrides in zip(configs, job_overrides)]):
-            try:
-                for index, (overrides, sweep_config) in enumerate(zip(job_overrides, configs)):
-                    following = configs[index + 1] if index + 1 < len(configs) else None
+        try:
+            if background:
+                pool = Precompiler([request_of(first, jobs[0])] if jobs else [])
+                loader.launching(lambda config, overrides: pool.submit(
+                    request_of(config, overrides)))
+                for overrides in jobs[1:]:  # those composed before the pool was there
+                    done = loader.pending(self.config, overrides)
+                    if done is not None and done.done() and done.exception() is None:
+                        pool.submit(request_of(done.result(), overrides))
+            else:
+                pool = Precompiler([request_of(config_of(index), overrides)
+                                    for index, overrides in enumerate(jobs)])
+            with pool:
+                for index, overrides in enumerate(jobs):
+                    failed = background and loader.failure(self.config, jobs[index + 1:])
+                    if failed:  # as the validation would have raised it, before this job
+                        raise failed
+                    sweep_config = config_of(index)
+                    # The next config now: it goes to the worker as this job ends, and one
+                    # that cannot be composed ends the sweep before this job starts.
+                    following = config_of(index + 1) if index + 1 < len(jobs) else None
                     expect_next(None if following is None else _without_hydra(following))
                     index += initial_job_idx
                     log.info(f"\t#{index} : {' '.join(filter_overrides(overrides))}")
@@ -115,9 +194,8 @@ class GemmlabLauncher(BasicLauncher):
                                         job_dir_key="hydra.sweep.dir",
                                         job_subdir_key="hydra.sweep.subdir"))
                     configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
-            finally:
-                expect_next(None)
-        loader = self.hydra_context.config_loader.load_sweep_config
-        if isinstance(loader, _ComposedOnce):
-            loader.forget()  # configs composed for this batch and not launched: not needed again
+        finally:
+            expect_next(None)
+            if composed:
+                loader.forget()  # configs composed for this batch and not launched: not needed
         return runs

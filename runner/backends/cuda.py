@@ -1,5 +1,6 @@
 """CUDA through CuPy: NVRTC compiles, the driver loads the cubin, CUDA events time."""
 
+import ctypes
 import os
 from typing import Any, Callable, Mapping, Optional, Sequence
 
@@ -132,33 +133,38 @@ TENSOR_MAP_BYTES = 128              # sizeof(CUtensorMap), 64-byte aligned
 TENSOR_MAP_DTYPE = np.dtype([("opaque", np.uint64, (TENSOR_MAP_BYTES // 8,))], align=True)
 
 
-def _encode_tiled():
-    """The driver's cuTensorMapEncodeTiled through ctypes (CuPy does not wrap it)."""
-    import ctypes
+_driver_functions: dict[str, Any] = {}
 
-    function = getattr(_encode_tiled, "function", None)
+
+def _driver_function(name: str, argtypes: list, needed_for: str):
+    """A CUDA driver entry point that CuPy does not wrap, through ctypes, looked up once; a
+    RunError saying what needs it where the driver has none."""
+    function = _driver_functions.get(name)
     if function is None:
         try:
-            function = ctypes.CDLL("libcuda.so.1").cuTensorMapEncodeTiled
+            function = getattr(ctypes.CDLL("libcuda.so.1"), name)
         except (OSError, AttributeError) as error:
-            raise RunError(f"the CUDA driver has no cuTensorMapEncodeTiled ({error}): TMA "
-                           "tensor maps need CUDA 12 and a Hopper-generation driver") from None
-        u32, u64 = ctypes.c_uint32, ctypes.c_uint64
-        function.argtypes = [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p,
-                             ctypes.POINTER(u64), ctypes.POINTER(u64), ctypes.POINTER(u32),
-                             ctypes.POINTER(u32), ctypes.c_int, ctypes.c_int, ctypes.c_int,
-                             ctypes.c_int]
+            raise RunError(f"the CUDA driver has no {name} ({error}): {needed_for}") from None
+        function.argtypes = argtypes
         function.restype = ctypes.c_int
-        _encode_tiled.function = function
+        _driver_functions[name] = function
     return function
+
+
+def _encode_tiled():
+    u32, u64 = ctypes.c_uint32, ctypes.c_uint64
+    return _driver_function(
+        "cuTensorMapEncodeTiled",
+        [ctypes.c_void_p, ctypes.c_int, u32, ctypes.c_void_p, ctypes.POINTER(u64),
+         ctypes.POINTER(u64), ctypes.POINTER(u32), ctypes.POINTER(u32), ctypes.c_int,
+         ctypes.c_int, ctypes.c_int, ctypes.c_int],
+        "TMA tensor maps need CUDA 12 and a Hopper-generation driver")
 
 
 def encode_tensor_map(address: int, rows: int, cols: int, ld: int, box_rows: int,
                       box_cols: int, swizzle: int) -> np.void:
     """A 2-D float32 CUtensorMap over the `rows` x `cols` matrix at `address` (rows `ld` floats
     apart), copied in `box_rows` x `box_cols` boxes; elements outside the matrix read as zeros."""
-    import ctypes
-
     if address % 16:
         raise RunError(f"a TMA tensor map needs a 16-byte aligned address; the buffer is at "
                        f"{address:#x}")
@@ -180,39 +186,27 @@ def encode_tensor_map(address: int, rows: int, cols: int, ld: int, box_rows: int
 _LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # CUlaunchAttributeID
 
 
+class _LaunchAttribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte union
+    _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_uint64 * 8)]
+
+
+class _LaunchConfig(ctypes.Structure):  # CUlaunchConfig
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("shared_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p),
+                ("attributes", ctypes.POINTER(_LaunchAttribute)),
+                ("attribute_count", ctypes.c_uint)]
+
+
 def _launch_kernel_ex():
-    """The driver's cuLaunchKernelEx through ctypes (CuPy launches without attributes)."""
-    import ctypes
-
-    function = getattr(_launch_kernel_ex, "function", None)
-    if function is None:
-        try:
-            function = ctypes.CDLL("libcuda.so.1").cuLaunchKernelEx
-        except (OSError, AttributeError) as error:
-            raise RunError(f"the CUDA driver has no cuLaunchKernelEx ({error}): overlapping "
-                           "launches need CUDA 12") from None
-
-        class Attribute(ctypes.Structure):  # CUlaunchAttribute: an id, then a 64-byte union
-            _fields_ = [("id", ctypes.c_int), ("value", ctypes.c_uint64 * 8)]
-
-        class Config(ctypes.Structure):  # CUlaunchConfig
-            _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
-                        ("shared_bytes", ctypes.c_uint), ("stream", ctypes.c_void_p),
-                        ("attributes", ctypes.POINTER(Attribute)),
-                        ("attribute_count", ctypes.c_uint)]
-
-        function.argtypes = [ctypes.POINTER(Config), ctypes.c_void_p,
-                             ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-        function.restype = ctypes.c_int
-        function.Attribute, function.Config = Attribute, Config
-        _launch_kernel_ex.function = function
-    return function
+    return _driver_function(
+        "cuLaunchKernelEx",
+        [ctypes.POINTER(_LaunchConfig), ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+         ctypes.c_void_p],
+        "overlapping launches need CUDA 12")
 
 
 def _kernel_parameter(value):
     """A ctypes object holding one kernel argument as the kernel takes it."""
-    import ctypes
-
     if isinstance(value, np.void):  # a tensor map, passed by value
         return (ctypes.c_uint8 * value.nbytes).from_buffer_copy(value.tobytes())
     if isinstance(value, np.int32):
@@ -226,12 +220,10 @@ def launch_overlapping(kernel, grid, block, args, shared_bytes: int, stream_ptr:
     """Launch `kernel` as a programmatic dependent of the launch before it on the stream: it
     may start as soon as that one's blocks have all run `griddepcontrol.launch_dependents`,
     and waits for its results where it runs `griddepcontrol.wait` (sm_90+)."""
-    import ctypes
-
     function = _launch_kernel_ex()
-    attribute = function.Attribute(_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
+    attribute = _LaunchAttribute(_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
     attribute.value[0] = 1  # programmaticStreamSerializationAllowed
-    config = function.Config((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
+    config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
                              shared_bytes, ctypes.c_void_p(stream_ptr),
                              ctypes.pointer(attribute), 1)
     held = [_kernel_parameter(value) for value in args]

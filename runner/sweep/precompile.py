@@ -13,6 +13,7 @@ and every record stays as it was. The pool is stopped when the batch ends.
 
 import logging
 import os
+import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -120,36 +121,55 @@ def _nvidia_gpus() -> int:
 
 class Precompiler:
     """The pool for one batch: `Precompiler(requests)` starts compiling every request but the
-    first (the first job compiles its own, at once), each program once; `close()` stops it."""
+    first (the first job compiles its own, at once), each program once; `submit(request)` adds
+    a job's request as it comes (gemmlab's launcher composes a GPU batch's later jobs in the
+    background); `close()` stops it. The pool's processes start as the requests come."""
 
     def __init__(self, requests: Sequence[Optional[CompileRequest]]):
         from runner.backends.nvrtc import cache_folder
 
         self._pool = None
-        wanted = list(dict.fromkeys(request for request in requests[1:] if request is not None))
-        if requests and requests[0] is not None and requests[0] in wanted:
-            wanted.remove(requests[0])
-        if not wanted or cache_folder() is None or _nvidia_gpus() == 0:
-            return
-        workers = min(MAX_WORKERS, len(wanted), max(1, (os.cpu_count() or 2) - 2))
-        self._pool = ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
-        for request in wanted:
+        self._lock = threading.Lock()
+        self._first = requests[0] if requests else None
+        self._seen: set = set()
+        self._closed = cache_folder() is None  # nothing to compile into
+        self._gpus: Optional[bool] = None  # NVML asked once, at the first request to compile
+        for request in requests[1:]:
+            self.submit(request)
+
+    def submit(self, request: Optional[CompileRequest]) -> None:
+        """Compile `request` in the pool unless it is the first job's, or already asked for;
+        nothing once the pool is closed, or without a GPU to compile for."""
+        with self._lock:
+            if request is None or request == self._first or request in self._seen \
+                    or self._closed:
+                return
+            self._seen.add(request)
+            if self._pool is None:
+                if self._gpus is None:
+                    self._gpus = _nvidia_gpus() > 0
+                if not self._gpus:
+                    return
+                workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) - 2))
+                self._pool = ProcessPoolExecutor(max_workers=workers,
+                                                 mp_context=get_context("spawn"))
+                log.debug("compiling programs ahead of their jobs in up to %d processes", workers)
             self._pool.submit(_compile, request)
-        log.debug("compiling %d programs ahead of their jobs in %d processes", len(wanted),
-                  workers)
 
     def close(self) -> None:
         """Stop: what was not compiled yet is compiled by its job, if it runs at all."""
-        if self._pool is None:
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is None:
             return
-        processes = list(getattr(self._pool, "_processes", {}).values())
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
         for process in processes:  # a compile in flight: its job is over or never comes
             if process.is_alive():
                 process.terminate()
         for process in processes:
             process.join(timeout=5)
-        self._pool = None
 
     def __enter__(self) -> "Precompiler":
         return self
