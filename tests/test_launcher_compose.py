@@ -74,6 +74,29 @@ def test_a_cuda_batch_composes_its_later_jobs_in_a_thread_each_once(no_worker):
     composed.forget()
 
 
+def test_the_thread_composes_only_while_this_process_waits_for_a_job(no_worker):
+    """Beside a job's own work in this process (its MLflow record opening) composing would slow
+    it: the thread waits until the job's worker has it (supervisor.relaying)."""
+    from runner.job.supervisor import relaying
+
+    load = FakeLoad("cuda")
+    composed = _ComposedOnce(load)
+    for overrides in BATCH:
+        composed(MASTER, overrides)
+    composed.launching()
+    time.sleep(0.3)
+    assert load.calls == ["size=1"]
+    relaying.set()
+    try:
+        deadline = time.monotonic() + 10
+        while len(load.calls) < 4 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        relaying.clear()
+    assert load.calls == ["size=1", "size=2", "size=3", "size=4"]
+    composed.forget()
+
+
 def test_an_opencl_batch_is_composed_whole_before_it_starts(no_worker):
     load = FakeLoad("opencl")
     composed = _ComposedOnce(load)
@@ -88,13 +111,19 @@ def test_an_opencl_batch_is_composed_whole_before_it_starts(no_worker):
 
 
 def test_a_composition_that_fails_in_the_thread_is_raised_to_the_launcher(no_worker):
+    from runner.job.supervisor import relaying
+
     composed = _ComposedOnce(FakeLoad("cuda", bad={"size=3"}))
     for overrides in BATCH:
         composed(MASTER, overrides)
     composed.launching()
-    deadline = time.monotonic() + 10
-    while composed.failure(MASTER, BATCH[1:]) is None and time.monotonic() < deadline:
-        time.sleep(0.01)
+    relaying.set()
+    try:
+        deadline = time.monotonic() + 10
+        while composed.failure(MASTER, BATCH[1:]) is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        relaying.clear()
     failed = composed.failure(MASTER, BATCH[1:])
     assert isinstance(failed, ValueError) and "size=3" in str(failed)
     assert composed.failure(MASTER, BATCH[3:]) is None  # only the jobs asked about
@@ -107,22 +136,11 @@ def test_a_composition_that_fails_in_the_thread_is_raised_to_the_launcher(no_wor
 def test_configs_composed_in_the_thread_go_to_the_compile_pool(no_worker):
     heard = []
     composed = _ComposedOnce(FakeLoad("cuda"))
-    composed(MASTER, BATCH[0])
-    composed.launching(lambda config, overrides: heard.append(" ".join(overrides)))
-    for overrides in BATCH[1:]:  # a miss after launching() is composed where it is asked
-        composed(MASTER, overrides)
-    assert heard == []
-    composed.forget()
-
-    composed = _ComposedOnce(FakeLoad("cuda"))
-    composed(MASTER, BATCH[0])
-    composed.launching(lambda config, overrides: heard.append(" ".join(overrides)))
-    composed._launching = False  # the validation's calls, with the pool listening already
-    for overrides in BATCH[1:]:
+    for overrides in BATCH:
         composed(MASTER, overrides)
     composed.launching(lambda config, overrides: heard.append(" ".join(overrides)))
-    [composed(MASTER, overrides) for overrides in BATCH[1:]]
-    assert heard == ["size=2", "size=3", "size=4"]
+    [composed(MASTER, overrides) for overrides in BATCH]
+    assert heard == ["size=2", "size=3", "size=4"]  # the first job compiles its own
     composed.forget()
 
 

@@ -8,8 +8,8 @@ this one (`override hydra/launcher: gemmlab`). Each job's config is composed onc
 basic launcher runs it, from config files parsed once per process
 (runner/sweep/compose_cache.py). Hydra's basic sweeper composes every job's config to validate
 the batch before launching it (0.05-0.1 s a job), and the launcher takes those. In a CUDA batch
-only the first is composed then: the others are composed in a thread while the jobs run (the
-GPU does the jobs' work; this process mostly waits for it), each handed to the compile pool as
+only the first is composed then: the others are composed in a thread while a job's worker runs
+it (the GPU does the job's work; this process waits for it), each handed to the compile pool as
 it comes, so the first job starts a second or more earlier in a 20-job sweep. A config that
 cannot be composed then ends the sweep with Hydra's error before the next job starts; the jobs
 already run stay recorded. An OpenCL batch, whose jobs may time the CPU's cores, is composed
@@ -17,7 +17,9 @@ whole before it starts, as Hydra does.
 """
 
 import logging
-from concurrent.futures import Future, ThreadPoolExecutor
+import queue
+import threading
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, List, Optional, Sequence
@@ -45,31 +47,89 @@ ConfigStore.instance().store(group="hydra/launcher", name="gemmlab", node=Gemmla
                              provider="gemmlab")
 
 
+class _ComposingThread:
+    """Composes configs in order in a daemon thread, each only while this process waits: for
+    a job's worker (runner/job/supervisor.py, `relaying`) or for that very config (`result`).
+    Composing beside this process's own work (a job's MLflow record opening) slowed that work
+    more than it saved."""
+
+    def __init__(self, load):
+        self._load = load
+        self._work: queue.Queue = queue.Queue()
+        self._stopped = False
+        self._waiting = threading.Event()  # the launcher waits for a config
+        self.on_composed: Optional[Callable] = None
+        threading.Thread(target=self._run, name="gemmlab-compose", daemon=True).start()
+
+    def submit(self, master_config, sweep_overrides: list) -> Future:
+        future: Future = Future()
+        self._work.put((future, master_config, sweep_overrides))
+        return future
+
+    def result(self, future: Future):
+        """The config, composed at once if it has not been yet."""
+        self._waiting.set()
+        try:
+            return future.result()
+        finally:
+            self._waiting.clear()
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._work.put(None)
+
+    def _may_compose(self) -> bool:
+        from runner.job.supervisor import relaying
+
+        while not self._stopped:
+            if self._waiting.is_set() or relaying.wait(0.05):
+                return True
+        return False
+
+    def _run(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None or not self._may_compose():
+                return
+            future, master_config, sweep_overrides = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                config = self._load(master_config, sweep_overrides)
+                if self.on_composed is not None:
+                    self.on_composed(config, sweep_overrides)
+            except BaseException as error:  # the launcher raises it, as Hydra's validation would
+                future.set_exception(error)
+            else:
+                future.set_result(config)
+
+
 class _ComposedOnce:
     """The config loader's `load_sweep_config`, keeping each result until it is asked for
     again with the same overrides (the sweeper's validation, then the launcher): that second
     call takes it, so each config object goes to one job. The first config composed for a
     batch goes to the worker at once (`prepare_first`): it prepares that job while the rest of
     the batch is composed. Where that first job runs on CUDA, the validation's later calls are
-    composed in a thread (`_compose_later`), which the launcher's call waits for; the
-    validation, which discards what it gets, gets None for them."""
+    composed by a `_ComposingThread` while the jobs run, and the launcher's call waits for
+    them; the validation, which discards what it gets, gets None for them."""
 
     def __init__(self, load):
         self._load = load
         self._kept: dict = {}
         self._first_sent = False
-        self._later: Optional[ThreadPoolExecutor] = None
-        self._on_composed: Optional[Callable] = None
+        self._later: Optional[_ComposingThread] = None
         self._launching = False  # from the launcher's first call: every miss composed at once
 
     def __call__(self, master_config, sweep_overrides):
         key = (id(master_config), tuple(sweep_overrides))
         if key in self._kept:
             kept = self._kept.pop(key)
-            return kept.result() if isinstance(kept, Future) else kept
+            if isinstance(kept, Future):
+                assert self._later is not None
+                return self._later.result(kept)
+            return kept
         if self._later is not None and not self._launching:
-            self._kept[key] = self._later.submit(self._compose_later, master_config,
-                                                 list(sweep_overrides))
+            self._kept[key] = self._later.submit(master_config, list(sweep_overrides))
             return None
         config = self._load(master_config, sweep_overrides)
         self._kept[key] = config
@@ -80,13 +140,7 @@ class _ComposedOnce:
 
             prepare_first(_without_hydra(config), request_of(config, list(sweep_overrides)))
             if config.backend.name == "cuda":
-                self._later = ThreadPoolExecutor(1, thread_name_prefix="gemmlab-compose")
-        return config
-
-    def _compose_later(self, master_config, sweep_overrides: list):
-        config = self._load(master_config, sweep_overrides)
-        if self._on_composed is not None:
-            self._on_composed(config, sweep_overrides)
+                self._later = _ComposingThread(self._load)
         return config
 
     def composing(self) -> bool:
@@ -98,7 +152,8 @@ class _ComposedOnce:
         `on_composed(config, overrides)` is called in the composing thread for each config it
         composes from now on (the compile pool's requests)."""
         self._launching = True
-        self._on_composed = on_composed
+        if self._later is not None:
+            self._later.on_composed = on_composed
 
     def pending(self, master_config, sweep_overrides) -> Optional[Future]:
         kept = self._kept.get((id(master_config), tuple(sweep_overrides)))
@@ -115,10 +170,10 @@ class _ComposedOnce:
 
     def forget(self) -> None:
         if self._later is not None:  # a composition under way ends on its own, unused
-            self._later.shutdown(wait=False, cancel_futures=True)
+            self._later.stop()
         self._kept.clear()
         self._first_sent = False
-        self._later, self._on_composed, self._launching = None, None, False
+        self._later, self._launching = None, False
 
 
 def _without_hydra(config: DictConfig) -> DictConfig:

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -24,6 +25,12 @@ from runner.job.sanitizers import sanitizer_finding, sanitizer_of
 from runner.run.phases import LIMIT_OF, WORKER, metric
 
 POLL_S = 0.2  # how often the supervisor looks at the clock while it waits for the worker
+
+# Set while this process only relays a job's messages, from the answer to its key to its end:
+# its record is open and nothing is written until the end, so work done beside it then (gemmlab's
+# launcher composing the next configs) neither delays the job nor waits on this process's
+# MLflow calls, which it would slow (one interpreter lock).
+relaying = threading.Event()
 START_TIMEOUT_S = 120.0  # a worker's imports; the first job waits for them in `setup`
 
 
@@ -304,6 +311,7 @@ class _Relay:
         self.phase, self.key = "setup", None
         self.deadline = time.monotonic() + self.limits["setup"]
         self.worker_phases_s = 0.0  # the worker's own account of its stages
+        self.in_worker = True
 
     def limit(self) -> float:
         return self.limits[LIMIT_OF.get(self.phase, self.phase)]
@@ -326,7 +334,10 @@ class _Relay:
             getattr(self.recorder, message[1])(*message[2])
         elif kind == "key":
             self.key = message[1]
-            self.reply("reuse" if self.reuse_earlier(self.key) else "measure")
+            reused = self.reuse_earlier(self.key)
+            self.reply("reuse" if reused else "measure")
+            if not reused and self.in_worker:  # not a job run in this very process
+                relaying.set()
         elif kind == "cached":
             return JobResult("cached", key=key, reusable=True)
         elif kind == "done":
@@ -366,21 +377,25 @@ def _relay(worker: Worker, cfg, recorder, reuse_earlier, size_label: str,
 
     started = time.perf_counter()
     worker.conn.send(("job", cfg))
-    while True:
-        if not worker.conn.poll(POLL_S):
-            if time.monotonic() > relay.deadline:
-                return relay.timed_out()
-            if not worker.alive() and not worker.conn.poll(0):
+    try:
+        while True:
+            if not worker.conn.poll(POLL_S):
+                if time.monotonic() > relay.deadline:
+                    return relay.timed_out()
+                if not worker.alive() and not worker.conn.poll(0):
+                    return crashed()
+                continue
+            try:
+                message = worker.conn.recv()
+            except (EOFError, OSError):
                 return crashed()
-            continue
-        try:
-            message = worker.conn.recv()
-        except (EOFError, OSError):
-            return crashed()
-        result = relay.handle(message)
-        if result is not None:
-            relay.record_worker_time(time.perf_counter() - started)
-            return result
+            result = relay.handle(message)
+            if result is not None:
+                relaying.clear()
+                relay.record_worker_time(time.perf_counter() - started)
+                return result
+    finally:
+        relaying.clear()
 
 
 class _InProcess:
@@ -390,6 +405,7 @@ class _InProcess:
     def __init__(self, relay_args: tuple):
         self.replies: list = []
         self.relay = _Relay(*relay_args, reply=self.replies.append)
+        self.relay.in_worker = False
         self.result: Optional[JobResult] = None
 
     def send(self, message: tuple) -> None:
