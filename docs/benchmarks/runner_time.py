@@ -21,6 +21,8 @@ its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
 
     python docs/benchmarks/runner_time.py --alternated sqlite:///s42.db \
         --out docs/benchmarks/runner_time_h100_alternated.md
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s49.db \
+        --out docs/benchmarks/runner_time_h100_composing.md
 
 The wall times are the sweeps' own (`gemmlab.sweep.wall_s`: from the sweep's start to its last
 job's end), the per-job figure the one the sweep prints; the stages are the after tree's
@@ -49,6 +51,15 @@ def first_job(client: MlflowClient, parent):
     runs = client.search_runs([parent.info.experiment_id], max_results=200)
     return next(run for run in runs if run.data.tags.get(names.PARENT_RUN_ID) == parent.info.run_id
                 and names.DEVICE_NAME in run.data.tags)
+
+
+def first_job_after(client: MlflowClient, parent) -> float:
+    """Seconds from the sweep's record opening to its first job's."""
+    runs = client.search_runs([parent.info.experiment_id], max_results=200)
+    starts = [run.info.start_time for run in runs
+              if run.data.tags.get(names.PARENT_RUN_ID) == parent.info.run_id
+              and names.DEVICE_NAME in run.data.tags]
+    return (min(starts) - parent.info.start_time) / 1000
 
 
 def tag(run, key: str) -> float:
@@ -169,7 +180,10 @@ def alternated_page(client: MlflowClient, store: str) -> str:
         jobs = tag(parent, "jobs")
         checks = tag(parent, "phase_s.check") + tag(parent, "phase_s.recheck")
         rows.append(f"| {name} | `{job.data.tags.get(names.GIT_COMMIT, '?')}` | {jobs:.0f} | "
-                    f"{tag(parent, 'wall_s'):.1f} s | {checks / jobs:.2f} s | "
+                    f"{tag(parent, 'wall_s'):.1f} s | {first_job_after(client, parent):.1f} s | "
+                    f"{checks / jobs:.2f} s | "
+                    f"{tag(parent, 'phase_s.record_open') / jobs:.2f} s | "
+                    f"{tag(parent, 'phase_s.worker') / jobs:.2f} s | "
                     f"{tag(parent, 'phase_s.between_jobs') / jobs:.2f} s | "
                     f"{tag(parent, 'overhead_s_per_job'):.2f} s |")
     day = datetime.datetime.fromtimestamp(sweeps[0][0] / 1000, datetime.timezone.utc).date()
@@ -180,12 +194,14 @@ def alternated_page(client: MlflowClient, store: str) -> str:
         f"Made by `docs/benchmarks/runner_time.py --alternated {store}` (its docstring has the "
         "commands): the 20-job CUDA sweep, in the order the runs were made.",
         "",
-        "| run | commit | jobs | wall | check and recheck per job | between jobs per job "
+        "| run | commit | jobs | wall | first job after | check and recheck per job "
+        "| record opening per job | wait for the worker per job | between jobs per job "
         "| runner's own time per job |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
         *rows,
         "",
-        "The wall is the sweep's own (`gemmlab.sweep.wall_s`). The runner's own time per job is "
+        "The wall is the sweep's own (`gemmlab.sweep.wall_s`); the first job's record opens that "
+        "long after the sweep's. The runner's own time per job is "
         "what the sweep prints: the wall less `time_s/kernel_work`, which spans the checked "
         "launch and its check, the timed samples and the check after them; so a faster check "
         "shortens the wall, not that figure.",
