@@ -42,7 +42,7 @@ from runner.job.supervisor import run_job
 from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
 from runner.record.store import sqlite_path
-from runner.record.tracking import Recorder, RecordNotOpened, comparable_params
+from runner.record.tracking import Recorder, RecordNotOpened, comparable_params, flush_records
 from runner.sweep.callback import current_parent_run_id, in_sweep, parent_experiment_id
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
@@ -118,7 +118,8 @@ def _run(cfg: DictConfig) -> Optional[float]:
                                           f"{size.label(cfg.kernel.operation)} {tiling}".strip(),
                             parent_run_id, background=_opens_in_background(cfg),
                             experiment_id=parent_run_id and parent_experiment_id(
-                                cfg.tracking.uri, cfg.tracking.experiment))
+                                cfg.tracking.uri, cfg.tracking.experiment),
+                            deferred_end=_ends_beside_the_next_job(cfg, parent_run_id))
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
         print_failure(_cannot_record(cfg, error), None)
         return None
@@ -143,6 +144,20 @@ def _opens_in_background(cfg: DictConfig) -> bool:
     database = sqlite_path(uri) if uri.startswith("sqlite:") else None
     return (not in_sweep() and database is not None and database.is_file()
             and bool(cfg.isolate or cfg.check.get("sanitizer")))
+
+
+def _ends_beside_the_next_job(cfg: DictConfig, parent_run_id: Optional[str]) -> bool:
+    """A CUDA job of a sweep run one after another by gemmlab's launcher, in this process's
+    worker: its record's end is written while the next job's worker runs that job
+    (runner/record/tracking.py, _DeferredEnds), or before anything reads the sweep's runs.
+    Not on a CPU device (the writes would share its cores with the next job's timing), nor
+    under a sanitizer, nor for a job run in this process, nor for another launcher's jobs
+    (processes of their own that may end without writing it)."""
+    if parent_run_id is None or cfg.backend.name != "cuda" or not cfg.isolate \
+            or cfg.check.get("sanitizer") or not HydraConfig.initialized():
+        return False
+    launcher = OmegaConf.select(HydraConfig.get(), "launcher._target_") or ""
+    return str(launcher).endswith(".GemmlabLauncher")
 
 
 def _cannot_record(cfg: DictConfig, error: BaseException) -> str:
@@ -170,6 +185,7 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
         if key:
             recorder.tags({KEY_TAG: key})
         if key and parent_run_id and not cfg.get("rerun", False):
+            flush_records(key)  # an earlier job's end not yet written may carry this key
             found = find_measurement(recorder.experiment_id, key, recorder.run_id)
             if found is not None:
                 earlier.append(found)

@@ -1,5 +1,6 @@
 """MLflow recording of one run: params, metrics, tags, artifacts, and FAILED with a reason."""
 
+import atexit
 import functools
 import gc
 import hashlib
@@ -152,6 +153,96 @@ def git_commit(package_dir: Path = PACKAGE_DIR) -> Optional[str]:
 HEADLINE_METRICS = (names.GFLOPS, names.GBPS, names.PCT_OF_REFERENCE, names.PCT_OF_VENDOR)
 
 
+class _DeferredEnds:
+    """Sweep jobs' record ends (`Recorder(deferred_end=True)`), written in order by a daemon
+    thread while the next job's worker runs it (runner/job/supervisor.py, `relaying`: this
+    process then only relays its messages, and the job's timing is the worker's) or whenever
+    `flush` asks. Writing a record's metrics, tags, params and artifacts through MLflow's
+    SQLAlchemy store was the largest part of a sweep's time between its GPU jobs."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._queue: list = []  # (write, args, key), oldest first
+        self._changed = threading.Condition(self._lock)
+        self._asked = 0  # flushes waiting: write now, relaying or not
+        self._writing = False
+        self._error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+
+    def put(self, write, *args, key: Optional[str] = None) -> None:
+        with self._lock:
+            self._queue.append((write, args, key))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="gemmlab-record-ends")
+                self._thread.start()
+                atexit.register(self._flush_at_exit)
+            self._changed.notify_all()
+
+    def pending(self) -> bool:
+        with self._lock:
+            return bool(self._queue) or self._writing
+
+    def flush(self, key: Optional[str] = None) -> None:
+        """Return once every record end put so far is written (with `key`: only if one of
+        them carries that measurement key, which a lookup is about to search for). Raises the
+        first error a write met, once."""
+        with self._lock:
+            if key is not None and all(queued != key for _, _, queued in self._queue) \
+                    and not self._writing:
+                return self._raise_error()
+            self._asked += 1
+            self._changed.notify_all()
+            try:
+                while self._queue or self._writing:
+                    self._changed.wait()
+            finally:
+                self._asked -= 1
+            self._raise_error()
+
+    def _flush_at_exit(self) -> None:
+        """What a sweep's end did not write (it writes them all before its summary), written
+        before the interpreter ends the daemon thread."""
+        try:
+            self.flush()
+        except Exception as error:
+            sys.stderr.write(f"gemmlab: error: a job's record could not be ended: "
+                             f"{type(error).__name__}: {error}\n")
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def _run(self) -> None:
+        from runner.job.supervisor import relaying
+
+        while True:
+            with self._lock:
+                while not self._queue or not (self._asked or relaying.is_set()):
+                    self._changed.wait(0.05)
+                write, args, _ = self._queue.pop(0)
+                self._writing = True
+            try:
+                write(*args)
+            except BaseException as error:  # said where the store is read next (flush)
+                with self._lock:
+                    self._error = self._error or error
+            finally:
+                with self._lock:
+                    self._writing = False
+                    self._changed.notify_all()
+
+
+_deferred_ends = _DeferredEnds()
+
+
+def flush_records(key: Optional[str] = None) -> None:
+    """Every deferred record end written (see _DeferredEnds.flush): before this process reads
+    the store for its sweep's runs or looks a measurement key up."""
+    _deferred_ends.flush(key)
+
+
 class RecordNotOpened(Exception):
     """The MLflow run of a Recorder opened in the background could not be opened; `error` is
     why (a RunError of the store's checks, or MLflow's own exception)."""
@@ -182,7 +273,8 @@ class Recorder:
     """
 
     def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None,
-                 background: bool = False, experiment_id: Optional[str] = None):
+                 background: bool = False, experiment_id: Optional[str] = None,
+                 deferred_end: bool = False):
         self.run_name = run_name
         self.uri = tracking_cfg.uri
         self.experiment = tracking_cfg.experiment
@@ -196,6 +288,7 @@ class Recorder:
         self._metrics: dict[str, float] = {}
         self._texts: dict[str, str] = {}
         self._background = background
+        self._deferred_end = deferred_end and not background
         self._opening: Optional[threading.Thread] = None
         # Set by the opening thread as it ends. Waited for rather than the thread joined: a
         # Ctrl-C that interrupts Thread.join marks a running thread stopped (CPython 3.11).
@@ -218,8 +311,15 @@ class Recorder:
                 tags = provenance_tags()
                 if parent_run_id:
                     tags[names.PARENT_RUN_ID] = parent_run_id
-                self.run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
-                                            tags=tags)
+                if self._deferred_end:  # no fluent active run: its end is written elsewhere
+                    from mlflow.tracking.context import registry as context_registry
+
+                    self.run = mlflow.MlflowClient().create_run(
+                        experiment_id, tags=context_registry.resolve_tags(tags),
+                        run_name=run_name)
+                else:
+                    self.run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
+                                                tags=tags)
         except KeyboardInterrupt as interrupt:  # the run was opened: it ends KILLED, not RUNNING
             if self.run is not None:
                 self.run_id = self.run.info.run_id
@@ -292,7 +392,7 @@ class Recorder:
 
     def params(self, params: Mapping[str, Any]) -> None:
         params = {k: str(v) for k, v in params.items()}
-        if self._background:
+        if self._background or self._deferred_end:
             self._unwritten_params.update(params)
         else:
             started = time.perf_counter()
@@ -310,14 +410,15 @@ class Recorder:
     def text(self, text: str, artifact_path: str) -> None:
         self._texts[artifact_path] = text
 
-    def _flush(self) -> None:
+    def _flush(self, now: Optional[int] = None) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
-        now = int(time.time() * 1000)
+        now = now or int(time.time() * 1000)
         # The UI's compare view plots the first metric the runs share: make it the rate.
         ordered = sorted(self._metrics.items(), key=lambda item: HEADLINE_METRICS.index(item[0])
                          if item[0] in HEADLINE_METRICS else len(HEADLINE_METRICS))
-        self._mlflow.MlflowClient().log_batch(
+        client = self._mlflow.MlflowClient()
+        client.log_batch(
             self.run_id, metrics=[Metric(k, v, now, 0) for k, v in ordered],
             params=[Param(k, v) for k, v in self._unwritten_params.items()],
             tags=[RunTag(k, v) for k, v in self._tags.items()])
@@ -328,7 +429,15 @@ class Recorder:
                     target = Path(folder, artifact_path)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_text(text)
-                self._mlflow.log_artifacts(folder)
+                client.log_artifacts(self.run_id, folder)
+
+    def _write_end(self, ended: str, now: int) -> None:
+        """A deferred end (`deferred_end`): what `finish` gathered, and the run's status and
+        end time as of `finish`, through the client (there is no fluent active run)."""
+        try:
+            self._flush(now)
+        finally:
+            self._mlflow.MlflowClient().set_terminated(self.run_id, ended, end_time=now)
 
     def finish(self, failure: Optional[str] = None, status: Optional[str] = None,
                headline: str = "") -> None:
@@ -359,6 +468,12 @@ class Recorder:
             title = f"{outcome} · {self.run_name}"
         if title:
             self.tags({names.RUN_NAME: title[:250]})
+        if self._deferred_end:
+            ended = ("FINISHED" if failure is None else "KILLED" if status == "killed"
+                     else "FAILED")
+            _deferred_ends.put(self._write_end, ended, int(time.time() * 1000),
+                               key=self._tags.get(names.MEASUREMENT_KEY))
+            return
         with holding_signals(self.uri):
             try:
                 self._flush()

@@ -757,7 +757,10 @@ class SweepRecorder(Callback):
             return
         from runner.record.store import holding_signals
 
+        from runner.record.tracking import flush_records
+
         with holding_signals(self._uri):
+            flush_records()  # the jobs' record ends written beside later jobs
             runs = sweep_children(self._client, self._experiment_id, self._parent_run_id)
         if len(runs) < STOP_AFTER or (self._expected is not None
                                       and len(runs) >= self._expected):
@@ -817,6 +820,9 @@ class SweepRecorder(Callback):
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
         os.environ.pop(PARENT_EXPERIMENT_ENV, None)
+        from runner.record.tracking import flush_records
+
+        flush_records()  # the last jobs' record ends (written beside later jobs), first
         runs = sweep_children(self._client, self._experiment_id, parent)
         if status != "FINISHED" and self._end_orphans(runs, reason or status.lower()):
             runs = sweep_children(self._client, self._experiment_id, parent)
