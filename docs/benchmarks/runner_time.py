@@ -23,6 +23,8 @@ its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
         --out docs/benchmarks/runner_time_h100_alternated.md
     python docs/benchmarks/runner_time.py --alternated sqlite:///s49.db \
         --out docs/benchmarks/runner_time_h100_composing.md
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s49g.db \
+        --out docs/benchmarks/runner_time_h100_record_ends.md
 
 The wall times are the sweeps' own (`gemmlab.sweep.wall_s`: from the sweep's start to its last
 job's end), the per-job figure the one the sweep prints; the stages are the after tree's
