@@ -25,6 +25,8 @@ its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
         --out docs/benchmarks/runner_time_h100_composing.md
     python docs/benchmarks/runner_time.py --alternated sqlite:///s49g.db \
         --out docs/benchmarks/runner_time_h100_record_ends.md
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s49t.db \
+        --out docs/benchmarks/runner_time_h100_search.md                  # the 30-trial search
 
 The wall times are the sweeps' own (`gemmlab.sweep.wall_s`: from the sweep's start to its last
 job's end), the per-job figure the one the sweep prints; the stages are the after tree's
@@ -189,12 +191,14 @@ def alternated_page(client: MlflowClient, store: str) -> str:
                     f"{tag(parent, 'phase_s.between_jobs') / jobs:.2f} s | "
                     f"{tag(parent, 'overhead_s_per_job'):.2f} s |")
     day = datetime.datetime.fromtimestamp(sweeps[0][0] / 1000, datetime.timezone.utc).date()
+    what = " ".join(word for word in sweeps[0][2].data.tags.get(
+        f"{names.SWEEP_PREFIX}overrides", "?").split() if not word.startswith("tracking."))
     return "\n".join([
         f"# The runner's own time per job, two trees alternated: {device}",
         "",
         f"{device}, driver {driver}, {day}, one sitting, an empty compile cache for each run. "
         f"Made by `docs/benchmarks/runner_time.py --alternated {store}` (its docstring has the "
-        "commands): the 20-job CUDA sweep, in the order the runs were made.",
+        f"commands): `python -m runner -m {what}`, in the order the runs were made.",
         "",
         "| run | commit | jobs | wall | first job after | check and recheck per job "
         "| record opening per job | wait for the worker per job | between jobs per job "
