@@ -446,6 +446,20 @@ def test_kept_problems_give_way_before_a_run_is_refused_for_host_memory(monkeypa
         execute(cfg, backend, plan, Recorder())
 
 
+def test_cuda_compares_every_input_on_the_device_opencl_only_large_ones(cpu_backend):
+    from types import SimpleNamespace
+
+    from runner.backends.cuda import CUDABackend
+    from runner.run.guards import DEVICE_COMPARE_MIN_FLOATS, compared_on_device
+
+    assert not compared_on_device(cpu_backend, 1000, 16384)
+    assert compared_on_device(cpu_backend, DEVICE_COMPARE_MIN_FLOATS, 16384)
+    assert CUDABackend.compares_small_inputs
+    cuda_like = SimpleNamespace(compares_small_inputs=CUDABackend.compares_small_inputs)
+    assert compared_on_device(cuda_like, 1000, 16384)
+    assert not compared_on_device(cuda_like, 1000, 0)  # under a sanitizer: bare buffers
+
+
 def test_an_input_is_compared_on_the_device_and_a_change_is_still_placed(cpu_backend,
                                                                           monkeypatch):
     from runner.run import guards

@@ -99,6 +99,9 @@ class Backend(ABC):
     # Whether tensor_map() works here: TMA tensor maps exist on CUDA (sm_90 and later) only, and
     # a plan that passes one is refused on any other backend before a compile.
     tensor_maps: bool = False
+    # Whether the input check compares an input smaller than guards.DEVICE_COMPARE_MIN_FLOATS
+    # on the device too, with a copy made at its upload, rather than downloading it whole.
+    compares_small_inputs: bool = False
 
     @abstractmethod
     def device_info(self) -> DeviceInfo: ...

@@ -575,7 +575,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
     guard = 0 if cfg.check.get("sanitizer") else GUARD_UNIT_FLOATS
     buffer_floats.update({f"{name} copy": problem_floats[name]  # what the input check compares
                           for name in OPERATION_BUFFERS[plan.operation][:-1]
-                          if compared_on_device(problem_floats[name], guard)})
+                          if compared_on_device(backend, problem_floats[name], guard)})
     on_phase("inputs")
     check_memory(plan, device, buffer_floats)
     try:

@@ -3,7 +3,8 @@ after it hold a sentinel. After the checked launch, a guard that changed means t
 outside its buffer, and an input that changed means it wrote into its inputs: both fail the run.
 A large input is compared on the device with a copy made at its upload, so that only its guards
 come back to the host (at 8192, A and B are 512 MB), and it is downloaded only to say where it
-changed; a small one comes back whole, which costs less than the compare.
+changed; a small one comes back whole, which costs less than the compare, except on CUDA,
+which compares every input on the device (Backend.compares_small_inputs).
 
 The kernel and every timed launch get the same inner views, so nothing is measured differently:
 the inner view starts 64 KiB (or a multiple) into the allocation, keeping every alignment a
@@ -19,7 +20,8 @@ from runner.backends.base import Backend
 
 GUARD_UNIT_FLOATS = 16 * 1024  # 64 KiB: the least guard, and the step guards grow by
 # From 16 MB on, an input is compared on the device: below, its download is cheaper than the
-# compare (OpenCL's first compare in a process builds a reduction kernel, 0.1 s on a CPU).
+# compare (OpenCL's first compare in a process builds a reduction kernel, 0.1 s on a CPU); a
+# backend may compare every input there (Backend.compares_small_inputs: CUDA).
 DEVICE_COMPARE_MIN_FLOATS = 1 << 22
 # A NaN with a payload no arithmetic produces (compared as bits, never as floats).
 SENTINEL_BITS = np.uint32(0x7FBADBAD)
@@ -79,15 +81,16 @@ def guarded_upload(backend: Backend, array: np.ndarray, row_floats: int,
     whole = backend.upload(_padded(array.size, guard, array))
     inner = backend.view(whole, guard, array.size) if guard else whole
     pristine = None
-    if compared_on_device(array.size, guard):
+    if compared_on_device(backend, array.size, guard):
         pristine = backend.alloc(array.size)
         backend.device_copy(pristine, inner, array.size * 4)
     return GuardedBuffer(whole, inner, guard, array.size, array, pristine)
 
 
-def compared_on_device(count: int, guard: int) -> bool:
+def compared_on_device(backend: Backend, count: int, guard: int) -> bool:
     """Whether an input of `count` floats gets a device copy for its check."""
-    return guard > 0 and count >= DEVICE_COMPARE_MIN_FLOATS
+    return guard > 0 and (count >= DEVICE_COMPARE_MIN_FLOATS
+                          or bool(getattr(backend, "compares_small_inputs", False)))
 
 
 def guarded_alloc(backend: Backend, count: int, row_floats: int,
