@@ -26,6 +26,7 @@ from runner.config.paths import CONF_DIR, source_file_name
 from runner.config.preflight import (
     check_kernel_complete,
     check_kernel_dirs,
+    check_resolves,
     check_shape,
     command_line_error,
     kernel_sweep,
@@ -79,7 +80,11 @@ def run(cfg: DictConfig) -> Optional[float]:
 
 
 def _task_overrides() -> list:
-    return list(HydraConfig.get().overrides.task) if HydraConfig.initialized() else []
+    if not HydraConfig.initialized():
+        return []
+    # As typed: an interpolation in a value stays text (check_resolves says what is wrong).
+    return [str(text) for text in
+            OmegaConf.to_container(HydraConfig.get().overrides.task, resolve=False)]
 
 
 def _choice(group: str) -> Optional[str]:
@@ -97,8 +102,9 @@ def check_config(cfg: DictConfig, size: ProblemSize) -> None:
 
 
 def _run(cfg: DictConfig) -> Optional[float]:
-    size = ProblemSize(cfg.m, cfg.n, cfg.k)
     try:  # before anything is recorded: the run's params are the values it runs with
+        check_resolves(cfg)
+        size = ProblemSize(cfg.m, cfg.n, cfg.k)
         sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else ()
         check_kernel_complete(cfg, _choice("kernel"), sources)
         check_kernel_dirs(cfg.kernel_dirs)
@@ -119,7 +125,8 @@ def _run(cfg: DictConfig) -> Optional[float]:
                             parent_run_id, background=_opens_in_background(cfg),
                             experiment_id=parent_run_id and parent_experiment_id(
                                 cfg.tracking.uri, cfg.tracking.experiment),
-                            deferred_end=_ends_beside_the_next_job(cfg, parent_run_id))
+                            deferred_end=_ends_beside_the_next_job(cfg, parent_run_id),
+                            params=comparable_params(cfg))
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
         print_failure(_cannot_record(cfg, error), None)
         return None
@@ -194,7 +201,6 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
 
     try:
         recorder.start()  # in the background: the job goes to the worker meanwhile
-        recorder.params(comparable_params(cfg))
         recorder.text(OmegaConf.to_yaml(cfg, resolve=True), "config.yaml")
         recorder.text(OmegaConf.to_yaml(cfg.kernel, resolve=True), "kernel_spec.yaml")
         if size_rule:

@@ -133,6 +133,28 @@ def test_a_value_of_the_wrong_type_is_one_line_and_starts_no_run(store, override
     store.assert_intact()
 
 
+def test_a_value_that_does_not_resolve_is_one_line_and_starts_no_run(store):
+    one_error_line(store.run("size=${oops}"), "size: Interpolation key 'oops' not found")
+    assert store.new_runs() == []
+    store.assert_intact()
+
+
+def test_a_sweep_point_that_does_not_resolve_is_one_line_and_the_sweep_exits_1(store):
+    """The other points are measured and recorded under the sweep's parent; the summary counts
+    the point that was not recorded."""
+    store.before = {run.info.run_id for run in runs(store.uri)}
+    done = gemmlab(store.folder, "-m", *QUICK, "size=24,${oops}", f"tracking.uri={store.uri}",
+                   quick=False)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert "size: Interpolation key 'oops' not found" in done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "1 not recorded, each refused before its run was opened" in done.stdout
+    jobs = [run for run in store.new_runs() if "mlflow.parentRunId" in run.data.tags
+            and run.data.tags.get("gemmlab.series") != "true"]
+    assert [run.data.params["M"] for run in jobs] == ["24"]
+    store.assert_intact()
+
+
 # --- keys gemmlab does not have: one line with a did-you-mean, before Hydra composes ---
 
 UNKNOWN_KEYS = [

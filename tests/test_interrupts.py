@@ -84,13 +84,14 @@ def test_a_signal_while_the_run_is_opened_ends_it_killed(tmp_path, sigint_in_nex
     monkeypatch.setattr(mlflow, "start_run", interrupted_start_run)
     started = time.monotonic()
     with pytest.raises(KeyboardInterrupt):
-        Recorder(compose_config(f"tracking.uri={uri}").tracking, "opened")
+        Recorder(compose_config(f"tracking.uri={uri}").tracking, "opened", params={"M": 16})
     assert time.monotonic() - started < 10
     assert not sigint_in_next_select, "the SELECT did not run"
     assert mlflow.active_run() is None
     client = MlflowClient(uri)
     (run,) = client.search_runs([client.get_experiment_by_name("gemmlab").experiment_id])
     assert run.info.status == "KILLED"
+    assert run.data.params == {"M": "16"}  # known before the run opened: recorded all the same
     assert run.data.tags["gemmlab.status"] == "killed"
     assert run.data.tags["failure_reason"] == "interrupted by SIGINT (Ctrl-C)"
 

@@ -309,6 +309,19 @@ def config_file(group: str, choice: Optional[str], sources) -> Optional[Path]:
 REQUIRED_KERNEL_KEYS = [f.name for f in dataclasses.fields(KernelConfig) if f.default == MISSING]
 
 
+def check_resolves(cfg) -> None:
+    """Refused, in one line, where a value of the composed config does not resolve (an
+    interpolation to a key that is not there, `size='${oops}'`): before anything reads it."""
+    from omegaconf.errors import InterpolationResolutionError
+
+    try:
+        OmegaConf.to_container(cfg, resolve=True)
+    except InterpolationResolutionError as error:
+        where = getattr(error, "full_key", None)
+        message = (str(getattr(error, "msg", None) or error).strip().splitlines() or [""])[0]
+        raise Refused(f"{where + ': ' if where else ''}{message}") from None
+
+
 def check_kernel_complete(cfg, choice: Optional[str] = None, sources=None) -> None:
     """A RunError naming the kernel's YAML and each key it leaves out (`operation:`, say);
     a size rule's `max_registers` may be left out (the kernel's own cap then)."""

@@ -261,6 +261,11 @@ class Recorder:
     interrupts included): a handful of store transactions per run instead of one per value,
     which is most of a sweep job's cost.
 
+    `deferred_end=True` (a CUDA job of gemmlab's launcher: runner/app.py) opens the run through
+    MLflow's client, keeps its params for the end too, and has `finish()` hand the end (status
+    and end time as of that moment) to a writer thread (_DeferredEnds), which writes it while
+    the next job's worker runs that job or when `flush_records()` asks before the store is read.
+
     `background=True` (a single run: runner/app.py) prepares the run in a thread from
     `start()`: importing MLflow and opening (or creating) the store take about 1.1 s of a CPU,
     which the job's worker spends meanwhile on its own start and its device's setup. Params are
@@ -274,7 +279,7 @@ class Recorder:
 
     def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None,
                  background: bool = False, experiment_id: Optional[str] = None,
-                 deferred_end: bool = False):
+                 deferred_end: bool = False, params: Optional[Mapping[str, Any]] = None):
         self.run_name = run_name
         self.uri = tracking_cfg.uri
         self.experiment = tracking_cfg.experiment
@@ -283,8 +288,9 @@ class Recorder:
         self.experiment_id: Optional[str] = None
         self.open_s = 0.0  # the seconds opening the run took (in sync mode, writing params too)
         self._tags: dict[str, str] = {}
-        self._params: dict[str, str] = {}
-        self._unwritten_params: dict[str, str] = {}
+        # Known before the run opens, so that a run interrupted as it opens still gets them.
+        self._unwritten_params: dict[str, str] = {k: str(v) for k, v in (params or {}).items()}
+        self._params: dict[str, str] = dict(self._unwritten_params)
         self._metrics: dict[str, float] = {}
         self._texts: dict[str, str] = {}
         self._background = background
@@ -320,6 +326,9 @@ class Recorder:
                 else:
                     self.run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
                                                 tags=tags)
+                    if self._unwritten_params:  # at once, as params() writes them
+                        mlflow.log_params(self._unwritten_params)
+                        self._unwritten_params = {}
         except KeyboardInterrupt as interrupt:  # the run was opened: it ends KILLED, not RUNNING
             if self.run is not None:
                 self.run_id = self.run.info.run_id
@@ -468,9 +477,9 @@ class Recorder:
             title = f"{outcome} · {self.run_name}"
         if title:
             self.tags({names.RUN_NAME: title[:250]})
+        ended = ("FINISHED" if failure is None else "KILLED" if status == "killed"
+                 else "FAILED")
         if self._deferred_end:
-            ended = ("FINISHED" if failure is None else "KILLED" if status == "killed"
-                     else "FAILED")
             _deferred_ends.put(self._write_end, ended, int(time.time() * 1000),
                                key=self._tags.get(names.MEASUREMENT_KEY))
             return
@@ -478,8 +487,6 @@ class Recorder:
             try:
                 self._flush()
             finally:
-                ended = ("FINISHED" if failure is None else "KILLED" if status == "killed"
-                         else "FAILED")
                 self._mlflow.end_run(status=ended)
 
 

@@ -123,11 +123,18 @@ def _sweep_overrides(config: DictConfig) -> list:
 
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     texts = [f"{key}={value}" for key, value in params.items()]
-    texts += list(config.hydra.overrides.task)
+    texts += _override_texts(config)
     final = {}
     for override in OverridesParser.create().parse_overrides(texts):
         final[override.get_key_element()] = override
     return list(final.values())
+
+
+def _override_texts(config: DictConfig) -> list:
+    """The command line's overrides as typed: `size='${oops}'` stays text (read as a node, an
+    interpolation in it would be resolved, and fail before anything is recorded)."""
+    return [str(text) for text in
+            OmegaConf.to_container(config.hydra.overrides.task, resolve=False)]
 
 
 def sweep_definition(config: DictConfig) -> dict[str, str]:
@@ -229,7 +236,9 @@ class SweepSummary:
         e.g. `interrupted by SIGINT (Ctrl-C): 2/10 jobs: … 2 interrupted; 6 did not run …`."""
         line = self._counts(expected)
         if self.ended is None:
-            return line
+            missing = self.not_run(expected)  # refused before their run opened (a line each)
+            return line + (f"; {missing} not recorded, each refused before its run was opened "
+                           f"(its line above says why)" if missing else "")
         not_run = self.not_run(expected)
         rest = (f"; {not_run} did not run" if not_run else "") + (
             " (the same command runs what is left, reusing what was measured)"
@@ -712,7 +721,7 @@ class SweepRecorder(Callback):
         self._name = sweep_name(config, definition)
         sweeper = OmegaConf.select(config, "hydra.sweeper._target_") or "?"
         tags = {**provenance_tags(), names.SWEEP: "true",
-                names.SWEEP_OVERRIDES: " ".join(config.hydra.overrides.task),
+                names.SWEEP_OVERRIDES: " ".join(_override_texts(config)),
                 names.SWEEP_SWEEPER: sweeper.rsplit(".", 1)[-1],
                 names.SWEEP_LAUNCHER: launcher.rsplit(".", 1)[-1],
                 names.SWEEP_DIR: str(OmegaConf.select(config, "hydra.sweep.dir"))}
@@ -822,7 +831,13 @@ class SweepRecorder(Callback):
         os.environ.pop(PARENT_EXPERIMENT_ENV, None)
         from runner.record.tracking import flush_records
 
-        flush_records()  # the last jobs' record ends (written beside later jobs), first
+        try:  # the last jobs' record ends (written beside later jobs), first
+            flush_records()
+        except Exception as error:  # that job stays RUNNING; the sweep still ends and says so
+            from runner.terminal.summary import print_failure
+
+            print_failure(f"a job's record could not be ended: {type(error).__name__}: "
+                          f"{str(error).strip()[:300]}", None)
         runs = sweep_children(self._client, self._experiment_id, parent)
         if status != "FINISHED" and self._end_orphans(runs, reason or status.lower()):
             runs = sweep_children(self._client, self._experiment_id, parent)
@@ -831,7 +846,7 @@ class SweepRecorder(Callback):
             summary.ended, summary.resumable = reason or "interrupted", True
         elif status != "FINISHED":  # the line that ended it follows the summary
             summary.ended = "ended by the error below"
-        elif not summary.clean():
+        elif not summary.clean() or summary.not_run(self._expected):
             _exit_code = 1
         if not summary.runs:  # no job started (a typo in the sweep): leave no empty parent
             self._forget(parent)
