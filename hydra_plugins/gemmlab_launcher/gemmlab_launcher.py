@@ -219,13 +219,11 @@ class GemmlabLauncher(BasicLauncher):
         runs: List[JobReturn] = []
         try:
             if background:
+                # Nothing was composed yet (the thread waits for a job's worker): each config
+                # reaches the pool through this.
                 pool = Precompiler([request_of(first, jobs[0])] if jobs else [])
                 loader.launching(lambda config, overrides: pool.submit(
                     request_of(config, overrides)))
-                for overrides in jobs[1:]:  # those composed before the pool was there
-                    done = loader.pending(self.config, overrides)
-                    if done is not None and done.done() and done.exception() is None:
-                        pool.submit(request_of(done.result(), overrides))
             else:
                 pool = Precompiler([request_of(config_of(index), overrides)
                                     for index, overrides in enumerate(jobs)])

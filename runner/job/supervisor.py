@@ -28,8 +28,8 @@ POLL_S = 0.2  # how often the supervisor looks at the clock while it waits for t
 
 # Set while this process only relays a job's messages, from the answer to its key to its end:
 # its record is open and nothing is written until the end, so work done beside it then (gemmlab's
-# launcher composing the next configs) neither delays the job nor waits on this process's
-# MLflow calls, which it would slow (one interpreter lock).
+# launcher composing the next configs, the last job's record being written) neither delays the
+# job nor waits on this process's MLflow calls, which it would slow (one interpreter lock).
 relaying = threading.Event()
 START_TIMEOUT_S = 120.0  # a worker's imports; the first job waits for them in `setup`
 
