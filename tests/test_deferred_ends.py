@@ -143,12 +143,11 @@ def test_only_sweep_jobs_that_may_end_late_are_deferred(monkeypatch):
 
 
 # On an NVIDIA GPU (marked `gpu`, skipped without one): whole CUDA sweeps.
-import os  # noqa: E402
-import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
 
 from conftest import requires_cuda_gpu  # noqa: E402
+from test_interrupts import ctrl_c_once  # noqa: E402
 
 
 def _jobs(uri: str) -> list:
@@ -192,26 +191,13 @@ def test_ctrl_c_in_a_cuda_sweep_leaves_every_record_whole_and_none_running(tmp_p
                "timing.min_time_s=4", "timing.max_time_s=4", "tracking.inspect=false",
                f"tracking.uri={uri}"]
     ensure_store(uri)
-    process = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True,
-                               preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.2)
-            try:
-                jobs = _jobs(uri)
-            except Exception:  # the experiment is being created
-                continue
-            if len(jobs) >= 2 and time.time() * 1000 - jobs[1].info.start_time < 2000:
-                break
-        assert process.poll() is None, process.communicate()[1][-3000:]
-        os.killpg(process.pid, signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, stderr[-3000:]
+
+    def the_second_job_just_started() -> bool:
+        jobs = _jobs(uri)
+        return len(jobs) >= 2 and time.time() * 1000 - jobs[1].info.start_time < 2000
+
+    returncode, _, stderr = ctrl_c_once(command, tmp_path, the_second_job_just_started)
+    assert returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     jobs = _jobs(uri)
     assert [run.info.status for run in jobs] == ["FINISHED", "KILLED"]

@@ -139,6 +139,29 @@ def _as_from_a_terminal(command: list, cwd) -> subprocess.Popen:
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
+def ctrl_c_once(command: list, cwd, ready) -> tuple[int, str, str]:
+    """Run `command` as from a terminal and send its process group SIGINT once `ready()` says
+    so (polled every 0.2 s; an exception while the store is being created counts as not yet);
+    its exit status, stdout and stderr."""
+    process = _as_from_a_terminal(command, cwd)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and process.poll() is None:
+            time.sleep(0.2)
+            try:
+                if ready():
+                    break
+            except Exception:  # the experiment is being created
+                continue
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        os.killpg(process.pid, signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+    return process.returncode, stdout, stderr
+
+
 def test_ctrl_c_in_a_joblib_sweep_leaves_no_run_running_and_the_resume_measures_them(tmp_path):
     """Issue 39: joblib's workers, killed by the launcher when the sweep is interrupted, left
     their runs RUNNING for good. Ctrl-C goes to the whole process group, as a terminal sends
@@ -152,26 +175,14 @@ def test_ctrl_c_in_a_joblib_sweep_leaves_no_run_running_and_the_resume_measures_
                "size=16,24,32", f"tracking.uri={store}"]
     ensure_store(store)  # polled below while the command runs
     client = MlflowClient(store)
-    process = _as_from_a_terminal(command, tmp_path)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline and process.poll() is None:
-            time.sleep(0.2)
-            try:
-                runs = [run for _, children in _sweep_children(client).values()
-                        for run in children]
-            except Exception:  # the experiment is being created
-                continue
-            if any(run.info.status == "RUNNING" and time.time() * 1000 - run.info.start_time
-                   < 2000 for run in runs):
-                break
-        assert process.poll() is None, process.communicate()[1][-3000:]
-        os.killpg(process.pid, signal.SIGINT)
-        stdout, stderr = process.communicate(timeout=120)
-    finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-    assert process.returncode == 130, stderr[-3000:]
+
+    def a_job_just_started() -> bool:
+        runs = [run for _, children in _sweep_children(client).values() for run in children]
+        return any(run.info.status == "RUNNING" and time.time() * 1000 - run.info.start_time
+                   < 2000 for run in runs)
+
+    returncode, stdout, stderr = ctrl_c_once(command, tmp_path, a_job_just_started)
+    assert returncode == 130, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "interrupted by SIGINT (Ctrl-C): " in stdout  # the summary says the sweep stopped
     ((parent, jobs),) = _sweep_children(client).values()

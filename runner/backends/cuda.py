@@ -142,8 +142,7 @@ def _driver_function(name: str, argtypes: list, needed_for: str):
     function = _driver_functions.get(name)
     if function is None:
         try:
-            library = ctypes.PyDLL if os.environ.get("XPYDLL") else ctypes.CDLL
-            function = getattr(library("libcuda.so.1"), name)
+            function = getattr(ctypes.CDLL("libcuda.so.1"), name)
         except (OSError, AttributeError) as error:
             raise RunError(f"the CUDA driver has no {name} ({error}): {needed_for}") from None
         function.argtypes = argtypes
@@ -225,8 +224,8 @@ def launch_overlapping(kernel, grid, block, args, shared_bytes: int, stream_ptr:
     attribute = _LaunchAttribute(_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION)
     attribute.value[0] = 1  # programmaticStreamSerializationAllowed
     config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block),
-                             shared_bytes, ctypes.c_void_p(stream_ptr),
-                             ctypes.pointer(attribute), 1)
+                           shared_bytes, ctypes.c_void_p(stream_ptr),
+                           ctypes.pointer(attribute), 1)
     held = [_kernel_parameter(value) for value in args]
     pointers = (ctypes.c_void_p * max(1, len(held)))(
         *[ctypes.cast(ctypes.pointer(value), ctypes.c_void_p) for value in held])
