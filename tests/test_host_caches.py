@@ -4,7 +4,7 @@ per checked launch, and the inspection made beside the check. CPU only."""
 
 import numpy as np
 import pytest
-from conftest import compose_config
+from conftest import compose_config, requires_cuda_gpu
 
 from runner.backends.base import POISON, POISON_BITS
 from runner.config.schema import Operation
@@ -481,3 +481,31 @@ def test_an_input_is_compared_on_the_device_and_a_change_is_still_placed(cpu_bac
     cpu_backend.device_copy(guarded.inner, cpu_backend.upload(values), values.nbytes)
     cpu_backend.device_copy(guarded.pristine, cpu_backend.upload(changed), values.nbytes)
     assert violation(cpu_backend, "A", guarded) is None
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_cuda_poisons_and_counts_differences_with_its_own_kernels():
+    """The poison and the input compare are gemmlab's plain-C kernels (no CuPy template to build
+    on a host whose CuPy cache is empty): every word of a view with an offset and a size past one
+    grid-stride round, differences in the head, the middle and the last word, none past count."""
+    from runner.backends.cuda import CUDABackend
+
+    backend = CUDABackend()
+    count = 1024 * 256 * 3 + 37  # past the helpers' 1024 x 256 threads, not a warp multiple
+    whole = backend.upload(np.zeros(count + 64, np.float32))
+    view = backend.view(whole, 16, count)
+    backend.poison(view)
+    bits = backend.download(whole, (count + 64,)).view(np.uint32)
+    assert (bits[16:16 + count] == POISON_BITS).all()
+    assert not bits[:16].any() and not bits[16 + count:].any()
+    values = np.random.default_rng(3).standard_normal(count).astype(np.float32)
+    first = backend.upload(values)
+    assert backend.count_differences(first, backend.upload(values), count) == 0
+    changed = values.copy()
+    changed[[0, count // 2, count - 1]] += 1.0
+    changed.view(np.uint32)[5] ^= 1  # one bit of one word
+    assert backend.count_differences(first, backend.upload(changed), count) == 4
+    assert backend.count_differences(first, backend.upload(changed), count - 1) == 3
+    nan = np.full(8, np.nan, np.float32)  # compared as bits: a NaN equals itself
+    assert backend.count_differences(backend.upload(nan), backend.upload(nan), 8) == 0

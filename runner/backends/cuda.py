@@ -7,8 +7,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from runner.backends import driver_env
-from runner.backends.base import (POISON, Backend, CompiledProgram, DeviceInfo, KernelResources,
-                                  pci_address)
+from runner.backends.base import (POISON_BITS, Backend, CompiledProgram, DeviceInfo,
+                                  KernelResources, pci_address)
 from runner.backends.nvrtc import compile_cuda, ptx_signatures
 from runner.backends.ptxas import parse_ptxas_report
 from runner.errors import RunError
@@ -19,28 +19,78 @@ driver_env.prepare()  # CUDA_CACHE_DISABLE before CuPy first initialises the dri
 os.environ["CUPY_TF32"] = "0"
 
 
-# Events time what the GPU does between them, idle time included. Recorded on an idle GPU, the
-# start event fires at once and the kernel starts only when the host has launched it, some
-# microseconds later: 10% of a 50 µs transpose. A short kernel that spins first keeps the queue
-# busy while the start event and the launches are enqueued, so the start event fires right
-# before the first launch begins (NVBench's blocking kernel, with a timer instead of a flag).
-_HOLD_SOURCE = r"""
+# The runner's own device work, compiled once per process from plain C (no header: NVRTC takes
+# about 0.1 s where each of CuPy's templated elementwise and reduction kernels took 0.7-0.8 s,
+# paid in a job's check on a host whose CuPy kernel cache is empty). CuPy keeps the cubin in
+# that cache too.
+#
+# gemmlab_hold_queue: events time what the GPU does between them, idle time included. Recorded
+# on an idle GPU, the start event fires at once and the kernel starts only when the host has
+# launched it, some microseconds later: 10% of a 50 µs transpose. A short kernel that spins
+# first keeps the queue busy while the start event and the launches are enqueued, so the start
+# event fires right before the first launch begins (NVBench's blocking kernel, with a timer
+# instead of a flag).
+_HELPERS_SOURCE = r"""
 extern "C" __global__ void gemmlab_hold_queue(unsigned long long ns) {
     unsigned long long start, now;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now)); } while (now - start < ns);
 }
+
+extern "C" __global__ void gemmlab_fill_words(unsigned int *words, unsigned int value,
+                                              unsigned long long count) {
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < count; i += (unsigned long long)gridDim.x * blockDim.x)
+        words[i] = value;
+}
+
+extern "C" __global__ void gemmlab_count_differences(const unsigned int *first,
+                                                     const unsigned int *second,
+                                                     unsigned long long count,
+                                                     unsigned long long *differences) {
+    unsigned int mine = 0;
+    for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x;
+         i < count; i += (unsigned long long)gridDim.x * blockDim.x)
+        mine += first[i] != second[i];
+    for (int offset = 16; offset > 0; offset /= 2)
+        mine += __shfl_down_sync(0xffffffffu, mine, offset);
+    if ((threadIdx.x & 31) == 0 && mine)
+        atomicAdd(differences, (unsigned long long)mine);
+}
 """
 HOLD_NS = 200_000  # far longer than enqueueing an event and a few launches from Python
-_hold_kernels: dict[int, Any] = {}
+_HELPER_BLOCK = 256
+_HELPER_BLOCKS = 1024  # grid-stride: enough blocks to fill any GPU, any count
+_helpers: dict[int, Any] = {}
+
+
+def _helper(cupy, name: str):
+    """One of _HELPERS_SOURCE's kernels, its module compiled once per device and process."""
+    device = cupy.cuda.Device().id
+    if device not in _helpers:
+        _helpers[device] = cupy.RawModule(code=_HELPERS_SOURCE)
+    return _helpers[device].get_function(name)
 
 
 def hold_queue(cupy) -> None:
     """Enqueue the spin kernel on the current device's current stream (before a start event)."""
-    device = cupy.cuda.Device().id
-    if device not in _hold_kernels:
-        _hold_kernels[device] = cupy.RawKernel(_HOLD_SOURCE, "gemmlab_hold_queue")
-    _hold_kernels[device]((1,), (1,), (np.uint64(HOLD_NS),))
+    _helper(cupy, "gemmlab_hold_queue")((1,), (1,), (np.uint64(HOLD_NS),))
+
+
+def fill_words(cupy, buffer, bits: int) -> None:
+    """Every 32-bit word of a contiguous float32 array set to `bits`, on the current stream."""
+    blocks = min(_HELPER_BLOCKS, max(1, -(-buffer.size // _HELPER_BLOCK)))
+    _helper(cupy, "gemmlab_fill_words")((blocks,), (_HELPER_BLOCK,),
+                                        (buffer, np.uint32(bits), np.uint64(buffer.size)))
+
+
+def count_differences(cupy, first, second, count: int) -> int:
+    """How many of the first `count` 32-bit words of two arrays differ, counted on the GPU."""
+    differences = cupy.zeros(1, dtype=cupy.uint64)  # a memset: nothing compiled
+    blocks = min(_HELPER_BLOCKS, max(1, -(-count // _HELPER_BLOCK)))
+    _helper(cupy, "gemmlab_count_differences")((blocks,), (_HELPER_BLOCK,),
+                                               (first, second, np.uint64(count), differences))
+    return int(differences.get()[0])
 
 
 def cuda_pci_address(props: dict) -> str:
@@ -363,12 +413,10 @@ class CUDABackend(Backend):
         return self._cupy.asnumpy(buffer[offset:offset + count])
 
     def count_differences(self, first, second, count: int) -> int:
-        words = self._cupy.uint32
-        return int(self._cupy.count_nonzero(first[:count].view(words)
-                                            != second[:count].view(words)))
+        return count_differences(self._cupy, first, second, count)
 
     def poison(self, buffer) -> None:
-        buffer.fill(POISON)
+        fill_words(self._cupy, buffer, POISON_BITS)
 
     def tensor_map(self, buffer, rows: int, cols: int, ld: int, box_rows: int, box_cols: int,
                    swizzle: int) -> np.void:
