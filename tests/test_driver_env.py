@@ -65,3 +65,33 @@ def test_every_pyopencl_import_in_runner_follows_the_drivers_preparation():
                 if not line.startswith(" "):  # a module-level import
                     assert path.name == "opencl.py", f"{path}:{number + 1}"
                     assert any("driver_env.prepare()" in earlier for earlier in lines[:number])
+
+
+def test_an_nvrtc_compile_turns_nvrtcs_own_cache_off_first(tmp_path):
+    """A compile-pool process imports no backend; its NVRTC (CUDA 12.9 on) would otherwise keep
+    outputs in the driver's cache, whose hits come back without the ptxas report."""
+    found = _probe("from runner.backends.nvrtc import compile_cuda\n"
+                   "compile_cuda('extern \"C\" __global__ void k(float *x) { x[0] = 1; }', "
+                   "'k.cu', {}, 90, None)", tmp_path)
+    assert "CUDA_CACHE_DISABLE" in found["changed"] and not found["pyopencl"]
+
+
+def test_the_same_program_compiled_again_in_a_new_process_still_reports_its_resources(tmp_path):
+    """Two processes, gemmlab's compile cache off, the driver's cache in a folder of the test's:
+    both logs carry ptxas' report (NVRTC 13.0 with its cache on returned an empty log the
+    second time, and the run's record lost its spills)."""
+    compile_once = (
+        "import os, json\n"
+        "from runner.backends.nvrtc import compile_cuda\n"
+        "out = compile_cuda(open('kernels/cuda/matmul_5.cu').read(), 'matmul_5.cu', "
+        "{}, 90, None, ('kernels/cuda',))\n"
+        "print(json.dumps({'report': 'registers' in out.log}))\n")
+    root = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_CACHE_DISABLE"}
+    env.update(GEMMLAB_COMPILE_CACHE="off", CUDA_CACHE_PATH=str(tmp_path / "nv"),
+               PYTHONPATH=str(root))
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", compile_once], env=env, cwd=root,
+                              capture_output=True, text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert json.loads(done.stdout.strip().splitlines()[-1]) == {"report": True}

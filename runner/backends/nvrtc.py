@@ -90,12 +90,22 @@ def _stack_limit_kept():
             resource.setrlimit(resource.RLIMIT_STACK, kept)
 
 
+def _nvrtc():
+    """CuPy's NVRTC binding, with NVRTC's own cache of outputs off first (from CUDA 12.9 on it
+    shares the driver's, and a hit there has no ptxas report: driver_env)."""
+    from runner.backends.driver_env import disable_compute_cache
+
+    disable_compute_cache()
+    from cupy_backends.cuda.libs import nvrtc
+
+    return nvrtc
+
+
 @functools.lru_cache(maxsize=256)
 def _nvrtc_finds(header: str, include_dirs: tuple) -> bool:
     """Whether NVRTC compiles `#include <header>` alone with these include folders (its own
     headers, the toolkit's `cuda_runtime.h`): then it needs no stand-in."""
-    from cupy_backends.cuda.libs import nvrtc
-
+    nvrtc = _nvrtc()
     program = nvrtc.createProgram(f"#include <{header}>\n", "probe.cu", [PRELUDE.encode()],
                                   [PRELUDE_NAME.encode()])
     try:
@@ -164,9 +174,9 @@ def cache_folder() -> Optional[Path]:
 def _compiler_identity() -> str:
     """What an output depends on besides the request: NVRTC's version and gemmlab's own
     compile code (the options, the prelude, the stand-ins are written in these files)."""
-    from cupy_backends.cuda.libs import nvrtc
-
     from runner.backends import includes
+
+    nvrtc = _nvrtc()
 
     code = hashlib.sha256()
     for module_file in (__file__, includes.__file__):
@@ -218,8 +228,7 @@ def _nvrtc_compile(source: str, source_name: str, defines: tuple, compute_capabi
                    max_registers: Optional[int], include_dirs: tuple = (),
                    headers: tuple = (), name_expressions: tuple = (), stand_ins: tuple = (),
                    yielded: tuple = (), notes: tuple = ()) -> NvrtcOutput:
-    from cupy_backends.cuda.libs import nvrtc
-
+    nvrtc = _nvrtc()
     options = [f"-D{name}={int(value)}" for name, value in defines]
     options.append(f"-include={PRELUDE_NAME}")  # uint, ushort, ulong, as nvcc's host headers
     options += include_options(include_dirs)
