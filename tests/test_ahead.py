@@ -221,3 +221,46 @@ def test_a_gpu_sweeps_baselines_are_measured_ahead_of_their_jobs(tmp_path):
         assert metrics[names.PCT_OF_VENDOR] > 0
         assert metrics[metric(AHEAD)] > metrics[metric("vendor")], metrics
     assert jobs[-1].data.metrics[names.PCT_OF_VENDOR_TF32] > 0  # matmul_13 at 2048
+
+
+def test_inputs_drawn_in_a_background_thread_pause_while_launches_are_timed():
+    """The worker's draw-ahead thread takes the interpreter lock between its blocks; inside a
+    timed window (the kernel's samples, the checked launch, a baseline's samples) it waits, so
+    no launch is held back, and it goes on to the same values once the window closes."""
+    import threading
+    import time as clock
+
+    import numpy as np
+
+    from runner.run.timing import measure, timed_window
+
+    rows, cols = 1024, 130  # two draw blocks and a part
+    expected = operations._uniform_float32(11, 0, rows, cols)
+    drawn = {}
+    with timed_window():
+        thread = threading.Thread(
+            target=lambda: drawn.update(out=operations._uniform_float32(11, 0, rows, cols)))
+        thread.start()
+        thread.join(timeout=0.5)
+        assert thread.is_alive() and not drawn  # paused at its first block
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert np.array_equal(drawn["out"], expected)
+
+    # measure() is a timed window: a draw started during its first sample (it would take a
+    # millisecond) has not finished when the last sample is taken
+    thread = threading.Thread(
+        target=lambda: drawn.update(again=operations._uniform_float32(11, 0, rows, cols)))
+    finished_during = []
+
+    def sample() -> float:
+        if not thread.is_alive() and "again" not in drawn and not finished_during:
+            thread.start()
+        clock.sleep(0.05)
+        finished_during.append("again" in drawn)
+        return 1.0
+
+    samples = measure(sample, 1, 4, "a draw paused")
+    thread.join(timeout=30)
+    assert len(samples) == 4 and not any(finished_during)
+    assert np.array_equal(drawn["again"], expected)

@@ -56,7 +56,14 @@ from runner.run.operations import (
     operation_floats,
 )
 from runner.run.peak import ceiling, impossible_reason, nvml_limits
-from runner.run.timing import Repetitions, Samples, TimeStats, Warmup, measure
+from runner.run.timing import (
+    Repetitions,
+    Samples,
+    TimeStats,
+    Warmup,
+    measure,
+    timed_window,
+)
 from runner.run.vendor import VendorResult, vendor_baseline
 
 log = logging.getLogger(__name__)
@@ -401,7 +408,8 @@ def checked_launch(backend: Backend, prepared: PreparedRun, problem: Problem, ch
     prepared.restore(backend)  # C0 into C, where the kernel reads C (beta != 0)
     if before is not None:
         before()
-    launch_ms = backend.time_ms(prepared.enqueue)
+    with timed_window():
+        launch_ms = backend.time_ms(prepared.enqueue)
     output = prepared.guarded.get(problem.output_name)
     downloaded = _Downloaded(backend, output)
     for name, guarded in prepared.guarded.items():
@@ -703,9 +711,10 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
                                              f"counter (NVML): none for {device.name}"})
     if energy is not None:
         on_phase("energy")
-        record_energy(recorder, metrics, plan, names.ENERGY_PREFIX,
-                      energy(lambda count: backend.time_ms(lambda: repeated(enqueue, count)),
-                             stats.median))
+        with timed_window():
+            spent = energy(lambda count: backend.time_ms(lambda: repeated(enqueue, count)),
+                           stats.median)
+        record_energy(recorder, metrics, plan, names.ENERGY_PREFIX, spent)
     metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
     recorder.metrics(metrics)
 

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from runner.backends.base import POISON, POISON_BITS
 from runner.config.schema import Operation
 from runner.config.spec import ProblemSize
+from runner.run.timing import outside_timed_windows
 
 
 @dataclass(frozen=True)
@@ -172,6 +173,7 @@ def _uniform_float32(seed: int, offset: int, rows: int, cols: int) -> np.ndarray
         stop = min(start + span, out.size)
         block = np.empty(min(_DRAW_BLOCK, stop - start), dtype=np.float64)
         for first in range(start, stop, _DRAW_BLOCK):
+            outside_timed_windows()  # a draw ahead of its job pauses while launches are timed
             part = block[:min(_DRAW_BLOCK, stop - first)]
             rng.random(out=part)
             part *= 2.0
