@@ -27,6 +27,14 @@ its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
         --out docs/benchmarks/runner_time_h100_record_ends.md
     python docs/benchmarks/runner_time.py --alternated sqlite:///s49t.db \
         --out docs/benchmarks/runner_time_h100_search.md                  # the 30-trial search
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s50c.db \
+        --out docs/benchmarks/runner_time_h100_issue.md --note "..."       # the issue's tree
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s50c_search.db \
+        --out docs/benchmarks/runner_time_h100_issue_search.md --note "..."
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s50f.db \
+        --out docs/benchmarks/runner_time_h100_cold.md --note "..."        # every cache empty
+(`--note`: what the sitting held apart from the commands, written under the table; each page
+shows its own.)
 
 The wall times are the sweeps' own (`gemmlab.sweep.wall_s`: from the sweep's start to its last
 job's end), the per-job figure the one the sweep prints; the stages are the after tree's
@@ -35,6 +43,7 @@ job's end), the per-job figure the one the sweep prints; the stages are the afte
 
 import argparse
 import datetime
+import math
 import statistics
 from pathlib import Path
 
@@ -168,8 +177,9 @@ def page(before: MlflowClient, after: MlflowClient) -> str:
     return "\n".join(lines)
 
 
-def alternated_page(client: MlflowClient, store: str) -> str:
-    """One row per sweep of the trees alternated into one store, in the order they ran."""
+def alternated_page(client: MlflowClient, store: str, note: str = "") -> str:
+    """One row per sweep of the trees alternated into one store, in the order they ran; `note`
+    (what the sitting held apart from the commands: caches, the host) under the table."""
     sweeps = []
     for experiment in client.search_experiments():
         parent = sweep_parent(client, experiment.name) if "-" in experiment.name else None
@@ -183,20 +193,25 @@ def alternated_page(client: MlflowClient, store: str) -> str:
         driver = job.data.tags.get(names.DEVICE_DRIVER, driver)
         jobs = tag(parent, "jobs")
         checks = tag(parent, "phase_s.check") + tag(parent, "phase_s.recheck")
+
+        def per_job(seconds: float) -> str:  # — where the tree recorded no phases
+            return "—" if math.isnan(seconds) else f"{seconds / jobs:.2f} s"
+
         rows.append(f"| {name} | `{job.data.tags.get(names.GIT_COMMIT, '?')}` | {jobs:.0f} | "
                     f"{tag(parent, 'wall_s'):.1f} s | {first_job_after(client, parent):.1f} s | "
-                    f"{checks / jobs:.2f} s | "
-                    f"{tag(parent, 'phase_s.record_open') / jobs:.2f} s | "
-                    f"{tag(parent, 'phase_s.worker') / jobs:.2f} s | "
-                    f"{tag(parent, 'phase_s.between_jobs') / jobs:.2f} s | "
+                    f"{per_job(checks)} | {per_job(tag(parent, 'phase_s.record_open'))} | "
+                    f"{per_job(tag(parent, 'phase_s.worker'))} | "
+                    f"{per_job(tag(parent, 'phase_s.between_jobs'))} | "
                     f"{tag(parent, 'overhead_s_per_job'):.2f} s |")
     day = datetime.datetime.fromtimestamp(sweeps[0][0] / 1000, datetime.timezone.utc).date()
     what = " ".join(word for word in sweeps[0][2].data.tags.get(
         f"{names.SWEEP_PREFIX}overrides", "?").split() if not word.startswith("tracking."))
+    caches = ("the caches as the note under the table says" if note
+              else "an empty compile cache for each run")
     return "\n".join([
         f"# The runner's own time per job, two trees alternated: {device}",
         "",
-        f"{device}, driver {driver}, {day}, one sitting, an empty compile cache for each run. "
+        f"{device}, driver {driver}, {day}, one sitting, {caches}. "
         f"Made by `docs/benchmarks/runner_time.py --alternated {store}` (its docstring has the "
         f"commands): `python -m runner -m {what}`, in the order the runs were made.",
         "",
@@ -212,6 +227,7 @@ def alternated_page(client: MlflowClient, store: str) -> str:
         "launch and its check, the timed samples and the check after them; so a faster check "
         "shortens the wall, not that figure.",
         "",
+        *([note, ""] if note else []),
     ])
 
 
@@ -220,10 +236,12 @@ def main() -> None:
     parser.add_argument("--before", help="the store of the tree before")
     parser.add_argument("--after", help="the store of the tree after")
     parser.add_argument("--alternated", help="one store of two trees' sweeps, alternated")
+    parser.add_argument("--note", default="", help="a paragraph under an --alternated table")
     parser.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.alternated:
-        args.out.write_text(alternated_page(MlflowClient(args.alternated), args.alternated))
+        args.out.write_text(alternated_page(MlflowClient(args.alternated), args.alternated,
+                                            args.note))
     elif args.before and args.after:
         args.out.write_text(page(MlflowClient(args.before), MlflowClient(args.after)))
     else:
