@@ -18,11 +18,18 @@ print(json.dumps({{"changed": changed, "pyopencl": "pyopencl" in sys.modules}}))
 """
 
 
+def _with_checkout(env: dict) -> str:
+    """PYTHONPATH with this checkout first and whatever the test's own process had after it
+    (a host whose packages come through PYTHONPATH, as the lent GPU hosts' wheels do)."""
+    root = str(Path(__file__).resolve().parent.parent)
+    return os.pathsep.join([root] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def _probe(imports: str, tmp: Path) -> dict:
     env = {k: v for k, v in os.environ.items()
            if k not in ("CUDA_CACHE_DISABLE", "OCL_ICD_VENDORS")}
     env["TMPDIR"] = str(tmp)  # where registering Intel's runtime would write its ICD folder
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = _with_checkout(env)
     done = subprocess.run([sys.executable, "-c", PROBE.format(imports=imports)], env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -89,7 +96,7 @@ def test_the_same_program_compiled_again_in_a_new_process_still_reports_its_reso
     root = Path(__file__).resolve().parent.parent
     env = {k: v for k, v in os.environ.items() if k != "CUDA_CACHE_DISABLE"}
     env.update(GEMMLAB_COMPILE_CACHE="off", CUDA_CACHE_PATH=str(tmp_path / "nv"),
-               PYTHONPATH=str(root))
+               PYTHONPATH=_with_checkout(env))
     for _ in range(2):
         done = subprocess.run([sys.executable, "-c", compile_once], env=env, cwd=root,
                               capture_output=True, text=True, timeout=180)
