@@ -102,3 +102,16 @@ def test_the_same_program_compiled_again_in_a_new_process_still_reports_its_reso
                               capture_output=True, text=True, timeout=180)
         assert done.returncode == 0, done.stderr[-3000:]
         assert json.loads(done.stdout.strip().splitlines()[-1]) == {"report": True}
+
+
+def test_a_build_without_ptxas_report_says_so_in_its_log(monkeypatch):
+    """Where NVRTC answers from its own cache anyway (a user's CUDA_CACHE_DISABLE=0), the
+    compile log says why the record has no spills instead of leaving them out silently."""
+    from cupy_backends.cuda.libs import nvrtc as binding
+
+    from runner.backends.nvrtc import _nvrtc_compile
+
+    monkeypatch.setattr(binding, "getProgramLog", lambda program: "")
+    output = _nvrtc_compile('extern "C" __global__ void k(float *x) { x[0] = 1; }', "k.cu",
+                            (), 90, None)
+    assert "NVRTC printed no ptxas report" in output.log and output.cubin

@@ -5,9 +5,10 @@ on a cache hit, so registers and spills would go missing from every build of a k
 first: CUDA_CACHE_DISABLE=1 (unless the user set it). NVRTC from CUDA 12.9 on keeps its outputs
 in the same cache (~/.nv/ComputeCache, measured with CUDA 13.0: a hit returned an empty log, and
 the runs recorded no spills), so every NVRTC compile sets it first (`disable_compute_cache`);
-gemmlab's own compile cache keeps NVRTC's log with each output instead. The OpenCL ICD loader reads its vendors
-once, at the first clGetPlatformIDs: Intel's pip-installed CPU runtime is registered before
-(runner/backends/cpu_runtimes.py).
+gemmlab's own compile cache keeps NVRTC's log with each output instead.
+
+The OpenCL ICD loader reads its vendors once, at the first clGetPlatformIDs: Intel's
+pip-installed CPU runtime is registered before (runner/backends/cpu_runtimes.py).
 
 `prepare()` runs where a backend's driver library is imported (the top of opencl.py, before
 `import pyopencl`; cuda.py, before any CuPy call) and in tests that import pyopencl themselves;

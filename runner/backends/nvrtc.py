@@ -269,7 +269,12 @@ def _nvrtc_compile(source: str, source_name: str, defines: tuple, compute_capabi
             raise BuildError(f"NVRTC compile of {source_name} failed: {reason}",
                              f"options: {' '.join(options)}\n"
                              f"entries: {', '.join(name_expressions)}\n{said}\n{log}") from None
-        log = said + nvrtc.getProgramLog(program)
+        report = nvrtc.getProgramLog(program)
+        if "ptxas" not in report:  # asked for with -v: an output NVRTC kept from before
+            said += ("gemmlab: NVRTC printed no ptxas report (an output from its own cache, "
+                     f"CUDA_CACHE_DISABLE={os.environ.get('CUDA_CACHE_DISABLE', '')!r}): this "
+                     "build's spills and stack frame are not known\n")
+        log = said + report
         lowered = {expression: nvrtc.getLoweredName(program, expression)
                    for expression in name_expressions}
         # NVRTC's getCUBIN has been seen to drop the final byte; an extra NUL is harmless to
