@@ -67,6 +67,7 @@ def outside_timed_windows() -> None:
     (at once when none is). Never called inside a timed window's own thread."""
     _quiet.wait()
 
+
 # The fewest samples the adaptive mode takes: the first count whose 95% interval of the median
 # is narrower than the samples' whole range ([x(2), x(9)] of 10, 97.9% coverage).
 MIN_SAMPLES = 10

@@ -20,7 +20,7 @@ from runner.config.schema import Operation
 from runner.config.spec import KernelPlan
 from runner.run.gpu_state import EnergySpan
 from runner.run.operations import Problem, check_sgemm
-from runner.run.timing import Repetitions, Warmup, measure, median_noise
+from runner.run.timing import Repetitions, Warmup, measure, median_noise, timed_window
 
 
 @dataclass(frozen=True)
@@ -134,7 +134,9 @@ def _cublas_samples(cupy, hold_queue, A: np.ndarray, B: np.ndarray, device_id: i
             flush = lambda: scratch.fill(0)  # noqa: E731
         samples, notes = steady_samples(once, warmup, repeats, label, flush)
         if energy is not None and "noisy" not in notes:
-            notes = {**notes, "energy": energy(launches, float(np.median(samples)))}
+            with timed_window():
+                spent = energy(launches, float(np.median(samples)))
+            notes = {**notes, "energy": spent}
         return samples, cupy.asnumpy(c), notes
 
 
