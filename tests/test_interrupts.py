@@ -22,8 +22,10 @@ from mlflow.tracking import MlflowClient
 from sqlalchemy import event
 from sqlalchemy.engine import Engine
 
+from runner.record import names
 from runner.record.store import ensure_store
 from runner.record.tracking import Recorder
+from runner.sweep.callback import ORPHAN_WITHOUT_PARAMS
 from runner.terminal.interrupts import Terminated, describe, shielded
 
 pytestmark = pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
@@ -188,12 +190,18 @@ def test_ctrl_c_in_a_joblib_sweep_leaves_no_run_running_and_the_resume_measures_
     ((parent, jobs),) = _sweep_children(client).values()
     assert parent.info.status == "KILLED"
     assert "RUNNING" not in [run.info.status for run in jobs]
-    killed = {run.data.params["M"] for run in jobs if run.info.status == "KILLED"}
-    assert killed, [(run.info.status, run.data.params.get("M")) for run in jobs]
+    killed_runs = [run for run in jobs if run.info.status == "KILLED"]
+    assert killed_runs, [(run.info.status, run.data.params.get("M")) for run in jobs]
     assert all(run.data.tags["gemmlab.status"] == "killed"
                and run.data.tags["failure_reason"] == "interrupted by SIGINT (Ctrl-C)"
-               for run in jobs if run.info.status == "KILLED")
+               for run in killed_runs)
+    # A worker that joblib killed (SIGKILL) between opening its run and writing its params
+    # leaves a KILLED run that says so in its description; every other has its params.
+    assert all("M" in run.data.params or run.data.tags.get(names.NOTE) == ORPHAN_WITHOUT_PARAMS
+               for run in killed_runs)
     done_before = {run.data.params["M"] for run in jobs if run.info.status == "FINISHED"}
+    killed = {"16", "24", "32"} - done_before  # what the resume has to measure
+    assert {run.data.params["M"] for run in killed_runs if "M" in run.data.params} <= killed
 
     resumed = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -240,3 +248,28 @@ def test_ctrl_c_as_a_joblib_sweep_ends_exits_130_without_a_traceback(tmp_path):
     ((parent, jobs),) = _sweep_children(MlflowClient(store)).values()
     assert parent.info.status == "FINISHED"
     assert sorted(run.info.status for run in jobs) == ["FINISHED", "FINISHED"]
+
+
+def test_an_orphan_without_params_says_why_as_it_is_ended_killed(tmp_path):
+    """A joblib worker killed (SIGKILL) after opening its run and before writing its params:
+    the sweep's end marks it KILLED with the reason, and its description says why it has no
+    params; an orphan with params gets no description."""
+    from types import SimpleNamespace
+
+    from runner.sweep.callback import SweepRecorder
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ensure_store(store)
+    client = MlflowClient(store)
+    experiment = client.create_experiment("orphans")
+    bare = client.create_run(experiment, run_name="matmul_1 opencl 16³")
+    with_params = client.create_run(experiment, run_name="matmul_1 opencl 24³")
+    client.log_param(with_params.info.run_id, "M", "24")
+    runs = [client.get_run(run.info.run_id) for run in (bare, with_params)]
+    sweep = SimpleNamespace(_launcher="JoblibLauncher", _client=client)
+    assert SweepRecorder._end_orphans(sweep, runs, "interrupted by SIGINT (Ctrl-C)")
+    bare, with_params = (client.get_run(run.info.run_id) for run in runs)
+    assert bare.info.status == with_params.info.status == "KILLED"
+    assert bare.data.tags[names.NOTE] == ORPHAN_WITHOUT_PARAMS
+    assert names.NOTE not in with_params.data.tags
+    assert with_params.data.tags["failure_reason"] == "interrupted by SIGINT (Ctrl-C)"

@@ -74,6 +74,11 @@ UNCLEAN = ("failed", "impossible", "timeout", "killed", "running")
 # Launchers whose jobs run in this process or in worker processes it ends with itself: a job of
 # theirs still RUNNING once the sweep has ended can be running nowhere (Slurm's may still be).
 LOCAL_LAUNCHERS = ("BasicLauncher", "JoblibLauncher")
+# The description of such a job's run where it has no params: joblib kills its workers with
+# SIGKILL, which nothing holds back, and one can fall between opening the run and its params.
+ORPHAN_WITHOUT_PARAMS = ("Its worker process was killed by the launcher after it opened this "
+                         "run and before it wrote the run's params; the run's name says which "
+                         "job it was, and a resumed sweep measures it.")
 STOP_AFTER = 3  # the first jobs that, failing the same way before a device, stop the sweep
 log = logging.getLogger(__name__)
 
@@ -816,8 +821,10 @@ class SweepRecorder(Callback):
             return False
         orphans = [run for run in runs if run.info.status == "RUNNING"]
         for run in orphans:
-            self._client.log_batch(run.info.run_id, tags=[
-                RunTag(names.STATUS, "killed"), RunTag(names.FAILURE_REASON, reason)])
+            tags = [RunTag(names.STATUS, "killed"), RunTag(names.FAILURE_REASON, reason)]
+            if not run.data.params:  # the kill (SIGKILL: no shield) fell between two writes
+                tags.append(RunTag(names.NOTE, ORPHAN_WITHOUT_PARAMS))
+            self._client.log_batch(run.info.run_id, tags=tags)
             self._client.set_terminated(run.info.run_id, "KILLED")
         return bool(orphans)
 
