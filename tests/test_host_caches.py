@@ -1,6 +1,7 @@
 """The runner's own time per job: problems and their references kept between jobs (bounded by
 bytes), one pass over the output for the written-and-finite check, one download of the output
-per checked launch, and the inspection made beside the check. CPU only."""
+per checked launch, and the inspection made beside the check. CPU only, but for one GPU test of
+the CUDA backend's own poison and compare kernels."""
 
 import numpy as np
 import pytest
