@@ -3,6 +3,8 @@
 own compile asks for, and a cache entry that is not whole is compiled again. No GPU needed:
 NVRTC compiles for sm_90 here; the pool itself starts only where NVML sees a GPU."""
 
+import os
+
 import pytest
 from conftest import compose_config
 
@@ -122,3 +124,17 @@ def test_a_batchs_first_program_is_compiled_ahead_in_its_worker(cache, monkeypat
     monkeypatch.setattr(precompile, "_compile", lambda request: called.append(request))
     prepare_ahead(cfg, request)
     assert called == []
+
+
+def test_a_pool_compile_turns_nvrtcs_own_cache_off_before_cupy_can_load_nvrtc(monkeypatch):
+    """In a pool process the compute capability (CuPy, which may load NVRTC) is asked before
+    the compile: NVRTC's own cache, whose hits have no ptxas report, is off before that."""
+    seen = {}
+    monkeypatch.delenv("CUDA_CACHE_DISABLE", raising=False)
+    monkeypatch.setattr(precompile, "_compute_capability",
+                        lambda device: seen.setdefault("at_capability",
+                                                       os.environ.get("CUDA_CACHE_DISABLE")) and 90)
+    monkeypatch.setattr(nvrtc, "compile_cuda", lambda *args, **kwargs: None)
+    request = precompile.CompileRequest("", "k.cu", (), None, (), ("k",), 0)
+    precompile._compile(request)
+    assert seen["at_capability"] == "1"

@@ -73,8 +73,10 @@ def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
 def _compile(request: CompileRequest) -> None:
     """In a pool process: the job's compile call, whose output lands in the compile cache, and
     the cubin's disassembly where the run will inspect it (runner/inspect/program.py)."""
+    from runner.backends.driver_env import disable_compute_cache
     from runner.backends.nvrtc import compile_cuda
 
+    disable_compute_cache()  # before the compute capability's CuPy can load NVRTC
     output = compile_cuda(request.source, request.source_name, dict(request.defines),
                           _compute_capability(request.device), request.max_registers,
                           request.include_dirs, name_expressions=request.entries)
