@@ -148,11 +148,13 @@ class FakePool:
     def __init__(self, max_workers, mp_context):
         self.max_workers = max_workers
         self.submitted: list = []
+        self.capabilities: list = []
         self.shut = False
         self._processes: dict = {}
 
-    def submit(self, fn, request):
+    def submit(self, fn, request, capability):
         self.submitted.append(request)
+        self.capabilities.append(capability)
 
     def shutdown(self, wait, cancel_futures):
         self.shut = True
@@ -167,7 +169,7 @@ def test_the_compile_pool_takes_requests_as_they_come_each_once(monkeypatch, tmp
 
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(precompile, "ProcessPoolExecutor", FakePool)
-    monkeypatch.setattr(precompile, "_nvidia_gpus", lambda: 1)
+    monkeypatch.setattr(precompile, "_nvml_gpus", lambda: (1, 90))
     pool = precompile.Precompiler([request("first"), None, request("a")])
     pool.submit(request("b"))
     pool.submit(request("a"))  # asked for already
@@ -175,6 +177,7 @@ def test_the_compile_pool_takes_requests_as_they_come_each_once(monkeypatch, tmp
     pool.submit(None)  # a job its own run refuses, or another backend's
     fake = pool._pool
     assert [r.source for r in fake.submitted] == ["a", "b"]
+    assert fake.capabilities == [90, 90]  # NVML's: the pool's processes never start CUDA
     pool.close()
     assert fake.shut
     pool.submit(request("c"))  # after the batch: nothing
@@ -186,7 +189,7 @@ def test_no_pool_without_a_gpu(monkeypatch, tmp_path):
 
     monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path / "cache"))
     monkeypatch.setattr(precompile, "ProcessPoolExecutor", FakePool)
-    monkeypatch.setattr(precompile, "_nvidia_gpus", lambda: 0)
+    monkeypatch.setattr(precompile, "_nvml_gpus", lambda: (0, None))
     pool = precompile.Precompiler([None, request("a")])
     pool.submit(request("b"))
     assert pool._pool is None

@@ -138,3 +138,53 @@ def test_a_pool_compile_turns_nvrtcs_own_cache_off_before_cupy_can_load_nvrtc(mo
     request = precompile.CompileRequest("", "k.cu", (), None, (), ("k",), 0)
     precompile._compile(request)
     assert seen["at_capability"] == "1"
+
+
+def test_a_pool_compile_given_the_compute_capability_never_asks_cuda(monkeypatch):
+    monkeypatch.setattr(precompile, "_compute_capability",
+                        lambda device: pytest.fail("CUDA started for the compute capability"))
+    asked = []
+    monkeypatch.setattr(nvrtc, "compile_cuda", lambda *args, **kwargs: asked.append(args[3]))
+    precompile._compile(precompile.CompileRequest("", "k.cu", (), None, (), ("k",), 0), 90)
+    assert asked == [90]
+
+
+class _FakeNVML:
+    """pynvml with GPUs of the given compute capabilities (None: NVML cannot tell)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, capabilities):
+        self.capabilities = capabilities
+
+    def nvmlInit(self):
+        pass
+
+    def nvmlShutdown(self):
+        pass
+
+    def nvmlDeviceGetCount(self):
+        return len(self.capabilities)
+
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return index
+
+    def nvmlDeviceGetCudaComputeCapability(self, handle):
+        if self.capabilities[handle] is None:
+            raise self.NVMLError("not supported")
+        return divmod(self.capabilities[handle], 10)
+
+
+@pytest.mark.parametrize("capabilities, expected", [
+    ([90, 90], (2, 90)),  # one H100 pool
+    ([90, 80], (2, None)),  # an H100 beside an A100: each compile asks CUDA for its device
+    ([90, None], (2, None)),
+    ([], (0, None)),
+])
+def test_nvml_gives_the_pool_the_compute_capability_its_gpus_share(monkeypatch, capabilities,
+                                                                    expected):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNVML(capabilities))
+    assert precompile._nvml_gpus() == expected

@@ -70,16 +70,18 @@ def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
         return None
 
 
-def _compile(request: CompileRequest) -> None:
+def _compile(request: CompileRequest, capability: Optional[int] = None) -> None:
     """In a pool process: the job's compile call, whose output lands in the compile cache, and
-    the cubin's disassembly where the run will inspect it (runner/inspect/program.py)."""
+    the cubin's disassembly where the run will inspect it (runner/inspect/program.py). With the
+    compute capability given (NVML's, `_nvml_gpus`), the process never starts CUDA."""
     from runner.backends.driver_env import disable_compute_cache
     from runner.backends.nvrtc import compile_cuda
 
     disable_compute_cache()  # before the compute capability's CuPy can load NVRTC
     output = compile_cuda(request.source, request.source_name, dict(request.defines),
-                          _compute_capability(request.device), request.max_registers,
-                          request.include_dirs, name_expressions=request.entries)
+                          capability or _compute_capability(request.device),
+                          request.max_registers, request.include_dirs,
+                          name_expressions=request.entries)
     if request.disassemble:
         from runner.inspect.program import disassemble
 
@@ -107,18 +109,31 @@ def _compute_capability(device: int) -> int:
     return _capabilities[device]
 
 
-def _nvidia_gpus() -> int:
-    """GPUs NVML sees, without starting CUDA in the sweep's own process; 0 without NVML."""
+def _nvml_gpus() -> tuple[int, Optional[int]]:
+    """How many GPUs NVML sees, and their compute capability (major * 10 + minor) where they
+    all share one, without starting CUDA in the sweep's own process; (0, None) without NVML.
+    A pool process given that capability compiles without CuPy's CUDA runtime and context:
+    about a second at its start, and GPU memory it would hold for nothing."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            return pynvml.nvmlDeviceGetCount()
+            count = pynvml.nvmlDeviceGetCount()
+            capabilities = set()
+            for index in range(count):
+                try:
+                    major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(
+                        pynvml.nvmlDeviceGetHandleByIndex(index))
+                    capabilities.add(int(major) * 10 + int(minor))
+                except pynvml.NVMLError:
+                    capabilities.add(None)  # unknown: the pool asks CUDA, device by device
+            shared = capabilities.pop() if len(capabilities) == 1 else None
+            return count, shared
         finally:
             pynvml.nvmlShutdown()
     except Exception:
-        return 0
+        return 0, None
 
 
 class Precompiler:
@@ -136,6 +151,7 @@ class Precompiler:
         self._seen: set = set()
         self._closed = cache_folder() is None  # nothing to compile into
         self._gpus: Optional[bool] = None  # NVML asked once, at the first request to compile
+        self._capability: Optional[int] = None  # theirs, where they share one
         for request in requests[1:]:
             self.submit(request)
 
@@ -149,14 +165,15 @@ class Precompiler:
             self._seen.add(request)
             if self._pool is None:
                 if self._gpus is None:
-                    self._gpus = _nvidia_gpus() > 0
+                    count, self._capability = _nvml_gpus()
+                    self._gpus = count > 0
                 if not self._gpus:
                     return
                 workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) - 2))
                 self._pool = ProcessPoolExecutor(max_workers=workers,
                                                  mp_context=get_context("spawn"))
                 log.debug("compiling programs ahead of their jobs in up to %d processes", workers)
-            self._pool.submit(_compile, request)
+            self._pool.submit(_compile, request, self._capability)
 
     def close(self) -> None:
         """Stop: what was not compiled yet is compiled by its job, if it runs at all."""
