@@ -33,6 +33,8 @@ its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
         --out docs/benchmarks/runner_time_h100_issue_search.md --note "..."
     python docs/benchmarks/runner_time.py --alternated sqlite:///s50f.db \
         --out docs/benchmarks/runner_time_h100_cold.md --note "..."        # every cache empty
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s51c.db \
+        --out docs/benchmarks/runner_time_h100_pool_nvml.md --note "..."   # the pool and NVML
 (`--note`: what the sitting held apart from the commands, written under the table; each page
 shows its own.)
 

@@ -288,9 +288,8 @@ class CUDABackend(Backend):
     name = "cuda"
     tensor_maps = True
     # Without the small inputs' copies in the pool, matmul_9 at 1000x1030x999 timed 26% slower
-    # late in a 20-job sweep, at full speed with them; it later timed slow with them too, the
-    # worker's draw-ahead thread the likely cause (timing.timed_window, docs/methodology.md).
-    # Kept until that is measured on a GPU.
+    # in 20-job sweeps on an H100 (2 of 3 run again, with the timed windows), at full speed with
+    # them; why is not known (docs/methodology.md, "the pool's history").
     compares_small_inputs = True
 
     def __init__(self, device: int = 0, compile_only_cc: int = 90, require_gpu: bool = True):
