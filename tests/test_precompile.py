@@ -188,3 +188,57 @@ def test_nvml_gives_the_pool_the_compute_capability_its_gpus_share(monkeypatch, 
 
     monkeypatch.setitem(sys.modules, "pynvml", _FakeNVML(capabilities))
     assert precompile._nvml_gpus() == expected
+
+
+def test_a_process_that_misses_the_cache_waits_for_the_compile_in_flight(cache, monkeypatch):
+    """A job that starts while the pool compiles its program waits for that output instead of
+    compiling it a second time (the pool's process holds the entry's lock meanwhile)."""
+    import fcntl
+    import threading
+
+    cfg = compose_config("backend=cuda", "kernel=matmul_4", "size=256")
+    request = precompile.request_of(cfg, [])
+    compile_args = (request.source, request.source_name, dict(request.defines), 90,
+                    request.max_registers, request.include_dirs)
+    made = nvrtc.compile_cuda(*compile_args, name_expressions=request.entries)  # the pool's
+    entry = entries(cache)[0]
+    kept = entry.read_bytes()
+    entry.unlink()
+    nvrtc._compile_once.cache_clear()
+    called = []
+    monkeypatch.setattr(nvrtc, "_nvrtc_compile", lambda *a: called.append(a))
+
+    pool_holds = open(entry.with_name(f"{entry.stem}.lock"), "a")
+    fcntl.flock(pool_holds, fcntl.LOCK_EX)  # the pool's process, compiling
+    got = []
+    job = threading.Thread(target=lambda: got.append(
+        nvrtc.compile_cuda(*compile_args, name_expressions=request.entries)))
+    job.start()
+    job.join(0.5)
+    assert job.is_alive() and not called, "the job compiled beside the compile in flight"
+    entry.write_bytes(kept)  # the pool's output lands
+    pool_holds.close()  # and its lock goes
+    job.join(10)
+    assert not job.is_alive() and not called
+    assert got[0].cubin == made.cubin and got[0].log == made.log
+
+
+def test_a_compile_lock_held_too_long_is_given_up(cache, monkeypatch):
+    import fcntl
+
+    cfg = compose_config("backend=cuda", "kernel=matmul_4", "size=256")
+    request = precompile.request_of(cfg, [])
+    args = (request.source, request.source_name, dict(request.defines), 90,
+            request.max_registers, request.include_dirs)
+    nvrtc.compile_cuda(*args, name_expressions=request.entries)
+    entry = entries(cache)[0]
+    entry.unlink()
+    nvrtc._compile_once.cache_clear()
+    monkeypatch.setattr(nvrtc, "COMPILE_LOCK_WAIT_S", 0.2)
+    stuck = open(entry.with_name(f"{entry.stem}.lock"), "a")
+    fcntl.flock(stuck, fcntl.LOCK_EX)  # a holder that never lets go
+    try:
+        output = nvrtc.compile_cuda(*args, name_expressions=request.entries)
+    finally:
+        stuck.close()
+    assert output.cubin and entries(cache) == [entry]

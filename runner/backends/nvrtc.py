@@ -12,6 +12,7 @@ import json
 import os
 import re
 import resource
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
@@ -152,10 +153,54 @@ def _compile_once(*request) -> NvrtcOutput:
     cached = _cache_read(path) if path is not None else None
     if cached is not None:
         return cached
-    output = _nvrtc_compile(*request)
-    if path is not None:
+    if path is None:
+        return _nvrtc_compile(*request)
+    with _compiling(path):
+        cached = _cache_read(path)  # made while another process held the lock
+        if cached is not None:
+            return cached
+        output = _nvrtc_compile(*request)
         _cache_write(path, output)
     return output
+
+
+# How long a process waits for another that is compiling the same program (a sweep's compile
+# pool, ahead of the job) before it compiles the program itself.
+COMPILE_LOCK_WAIT_S = 120.0
+_LOCK_POLL_S = 0.02
+
+
+@contextlib.contextmanager
+def _compiling(path: Path):
+    """Held while this process compiles the program cached at `path`: a process that misses
+    the cache while another compiles it waits for that output instead of compiling it a second
+    time (a job that starts while the pool is compiling its program). An advisory lock on a
+    file beside the entry, which the system drops when its holder dies; where it cannot be
+    taken (no fcntl, a folder that cannot be written) or after COMPILE_LOCK_WAIT_S, the
+    process compiles without it."""
+    try:
+        import fcntl
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle = open(path.with_name(f"{path.stem}.lock"), "a")
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        deadline = time.monotonic() + COMPILE_LOCK_WAIT_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    break
+                time.sleep(_LOCK_POLL_S)
+            except OSError:  # a file system without locks
+                break
+        yield
+    finally:
+        handle.close()  # releases the lock, if held
 
 
 CACHE_ENV = "GEMMLAB_COMPILE_CACHE"  # a folder, or 0 / off for none
