@@ -3,6 +3,8 @@ bytes), one pass over the output for the written-and-finite check, one download 
 per checked launch, and the inspection made beside the check. CPU only, but for one GPU test of
 the CUDA backend's own poison and compare kernels."""
 
+import time
+
 import numpy as np
 import pytest
 from conftest import compose_config, requires_cuda_gpu
@@ -367,6 +369,29 @@ def test_the_inspection_is_made_beside_the_check_and_recorded_before_the_timing(
     assert {"inspect/summary.md", "inspect/build_log.txt"} <= set(recorder.texts)
     assert recorder.order.index("inspect/summary.md") < recorder.order.index(
         names.SAMPLES_ARTIFACT)  # recorded before the timed samples were taken
+
+
+def test_the_wait_for_the_inspection_is_not_counted_as_the_kernels_own_work(monkeypatch):
+    """time_s/kernel_work is what a sweep takes from its wall to print the runner's own time:
+    a job that waits for its SASS waits for the runner."""
+    cfg, backend, plan = _cpu_run("tracking.inspect=true")
+    execute_module._inspections.pop(backend, None)
+
+    def slow(*args):
+        time.sleep(1.0)
+        return {"summary.md": "late\n"}
+
+    recorded = {}
+
+    class Metrics(Recorder):
+        def metrics(self, values):
+            recorded.update(values)
+
+    monkeypatch.setattr(execute_module, "inspect_once", slow)
+    started = time.perf_counter()
+    assert execute(cfg, backend, plan, Metrics()).check.passed
+    assert time.perf_counter() - started >= 1.0
+    assert 0 < recorded[names.KERNEL_WORK_S] < 0.9
 
 
 def test_an_inspection_that_fails_in_its_thread_is_a_note_not_a_lost_error(monkeypatch):

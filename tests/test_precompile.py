@@ -242,3 +242,31 @@ def test_a_compile_lock_held_too_long_is_given_up(cache, monkeypatch):
     finally:
         stuck.close()
     assert output.cubin and entries(cache) == [entry]
+
+
+def test_the_pool_disassembles_while_it_holds_the_programs_lock(cache, monkeypatch):
+    """So a job that waited for the pool's compile finds the SASS as well, and does not
+    disassemble the program a second time beside its check."""
+    import fcntl
+
+    cfg = compose_config("backend=cuda", "kernel=matmul_4", "size=256")
+    request = precompile.request_of(cfg, [])
+    assert request.disassemble
+    from runner.inspect import program
+
+    held = []
+
+    def disassemble(cubin):
+        lock = next(cache.glob("*/*.lock"))
+        with open(lock, "a") as other:  # another process's view of the lock
+            try:
+                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held.append(False)
+            except BlockingIOError:
+                held.append(True)
+
+    monkeypatch.setattr(program, "disassemble", disassemble)
+    precompile._compile(request, 90)
+    assert held == [True]
+    with open(next(cache.glob("*/*.lock")), "a") as after:
+        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go once done

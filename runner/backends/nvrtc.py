@@ -12,10 +12,11 @@ import json
 import os
 import re
 import resource
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 from runner.backends.build_log import first_error
 from runner.backends.includes import (
@@ -47,7 +48,8 @@ class NvrtcOutput:
 def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
                  compute_capability: int, max_registers: Optional[int] = None,
                  include_dirs: Sequence[str] = (),
-                 name_expressions: Sequence[str] = ()) -> NvrtcOutput:
+                 name_expressions: Sequence[str] = (),
+                 while_held: Optional[Callable[[NvrtcOutput], None]] = None) -> NvrtcOutput:
     """NVRTC's output for this source and these options, compiled once per process.
 
     NVRTC 13 has been seen to return an empty log when the same program is compiled again in
@@ -59,6 +61,8 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     system is refused before NVRTC runs (runner/backends/includes.py). `name_expressions`: the entries, any C++
     name of a __global__ function (namespaced, a template instantiation), resolved by NVRTC to
     their names in the cubin (`lowered`), so a mangled name is never written by hand.
+    `while_held`: called with the output before the program's compile lock is let go (the
+    compile pool disassembles there, so a job that waits for the lock finds the SASS too).
     """
     folder = Path(include_dirs[0]) if include_dirs else None
     check_includes(source, source_name, folder, "cuda")
@@ -71,10 +75,17 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     stand_ins = tuple(name for name in host_includes(source, folder)
                       if not _nvrtc_finds(name, tuple(dirs)))
     yielded, notes = yielding_headers(source, folder, defines)
-    return _compile_once(source, source_name, tuple(defines.items()), int(compute_capability),
-                         None if max_registers is None else int(max_registers), tuple(dirs),
-                         headers, tuple(dict.fromkeys(name_expressions)), stand_ins,
-                         tuple(yielded.items()), tuple(notes))
+    request = (source, source_name, tuple(defines.items()), int(compute_capability),
+               None if max_registers is None else int(max_registers), tuple(dirs), headers,
+               tuple(dict.fromkeys(name_expressions)), stand_ins, tuple(yielded.items()),
+               tuple(notes))
+    if while_held is None:
+        return _compile_once(*request)
+    path = _cache_path(request)
+    with _compiling(path) if path is not None else contextlib.nullcontext():
+        output = _compile_once(*request)
+        while_held(output)
+    return output
 
 
 @contextlib.contextmanager
@@ -178,12 +189,20 @@ def _compiling(path: Path):
     file beside the entry, which the system drops when its holder dies; where it cannot be
     taken (no fcntl, a folder that cannot be written) or after COMPILE_LOCK_WAIT_S, the
     process compiles without it."""
+    with _held_lock:
+        held_here = path in _held
+        _held.add(path)
+    if held_here:  # this process holds it already (while_held around the compile)
+        yield
+        return
     try:
         import fcntl
 
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path.with_name(f"{path.stem}.lock"), "a")
     except (ImportError, OSError):
+        with _held_lock:
+            _held.discard(path)
         yield
         return
     try:
@@ -201,6 +220,13 @@ def _compiling(path: Path):
         yield
     finally:
         handle.close()  # releases the lock, if held
+        with _held_lock:
+            _held.discard(path)
+
+
+# The entries whose compile lock this process holds: taken again inside, it is held already.
+_held: set = set()
+_held_lock = threading.Lock()
 
 
 CACHE_ENV = "GEMMLAB_COMPILE_CACHE"  # a folder, or 0 / off for none

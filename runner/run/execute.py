@@ -657,9 +657,12 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
         if inspection is not None:
             inspection.record_after_failure(recorder, on_phase)
         raise
+    waited_for_inspection = 0.0
     if inspection is not None:  # before any timed launch (BackgroundInspection)
         on_phase("inspect")
+        waiting = time.perf_counter()
         inspection.record(recorder)
+        waited_for_inspection = time.perf_counter() - waiting  # the runner's, not the kernel's
 
     if cfg.check.get("sanitizer"):  # under a correctness tool: verified, nothing timed
         return RunOutcome(plan, device, resources, check, None, None, None, metrics)
@@ -732,7 +735,7 @@ def execute(cfg, backend: Backend, plan: KernelPlan, recorder,
             spent = energy(lambda count: backend.time_ms(lambda: repeated(enqueue, count)),
                            stats.median)
         record_energy(recorder, metrics, plan, names.ENERGY_PREFIX, spent)
-    metrics[names.KERNEL_WORK_S] = time.perf_counter() - started
+    metrics[names.KERNEL_WORK_S] = time.perf_counter() - started - waited_for_inspection
     recorder.metrics(metrics)
 
     on_phase("vendor")

@@ -81,14 +81,15 @@ def _compile(request: CompileRequest, capability: Optional[int] = None) -> None:
     from runner.backends.nvrtc import compile_cuda
 
     disable_compute_cache()  # before the compute capability's CuPy can load NVRTC
-    output = compile_cuda(request.source, request.source_name, dict(request.defines),
-                          capability or _compute_capability(request.device),
-                          request.max_registers, request.include_dirs,
-                          name_expressions=request.entries)
+    while_held = None
     if request.disassemble:
         from runner.inspect.program import disassemble
 
-        disassemble(output.cubin)
+        def while_held(output) -> None:  # a job waiting for the program finds its SASS too
+            disassemble(output.cubin)
+    compile_cuda(request.source, request.source_name, dict(request.defines),
+                 capability or _compute_capability(request.device), request.max_registers,
+                 request.include_dirs, name_expressions=request.entries, while_held=while_held)
 
 
 def compile_ahead(request: CompileRequest) -> None:
