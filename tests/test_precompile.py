@@ -245,8 +245,8 @@ def test_a_compile_lock_held_too_long_is_given_up(cache, monkeypatch):
 
 
 def test_the_pool_disassembles_while_it_holds_the_programs_lock(cache, monkeypatch):
-    """So a job that waited for the pool's compile finds the SASS as well, and does not
-    disassemble the program a second time beside its check."""
+    """So a job that waited for the pool's compile, or found its entry, finds the SASS as well
+    and does not disassemble the program a second time beside its check."""
     import fcntl
 
     cfg = compose_config("backend=cuda", "kernel=matmul_4", "size=256")
@@ -257,6 +257,7 @@ def test_the_pool_disassembles_while_it_holds_the_programs_lock(cache, monkeypat
     held = []
 
     def disassemble(cubin):
+        assert entries(cache) == [], "the program's entry was written before its SASS"
         lock = next(cache.glob("*/*.lock"))
         with open(lock, "a") as other:  # another process's view of the lock
             try:
@@ -267,6 +268,6 @@ def test_the_pool_disassembles_while_it_holds_the_programs_lock(cache, monkeypat
 
     monkeypatch.setattr(program, "disassemble", disassemble)
     precompile._compile(request, 90)
-    assert held == [True]
+    assert held == [True] and len(entries(cache)) == 1
     with open(next(cache.glob("*/*.lock")), "a") as after:
         fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go once done

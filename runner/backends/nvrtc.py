@@ -61,8 +61,9 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     system is refused before NVRTC runs (runner/backends/includes.py). `name_expressions`: the entries, any C++
     name of a __global__ function (namespaced, a template instantiation), resolved by NVRTC to
     their names in the cubin (`lowered`), so a mangled name is never written by hand.
-    `while_held`: called with the output before the program's compile lock is let go (the
-    compile pool disassembles there, so a job that waits for the lock finds the SASS too).
+    `while_held`: called with the output while the program's compile lock is held, before a
+    new output is written to the compile cache (the compile pool disassembles there, so a job
+    that finds the entry, or waits for the lock, finds the SASS too).
     """
     folder = Path(include_dirs[0]) if include_dirs else None
     check_includes(source, source_name, folder, "cuda")
@@ -82,9 +83,18 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     if while_held is None:
         return _compile_once(*request)
     path = _cache_path(request)
-    with _compiling(path) if path is not None else contextlib.nullcontext():
+    if path is None:
         output = _compile_once(*request)
         while_held(output)
+        return output
+    with _compiling(path):
+        output = _cache_read(path)
+        if output is None:
+            output = _nvrtc_compile(*request)
+            while_held(output)  # first: a job that finds the entry then finds the SASS too
+            _cache_write(path, output)
+        else:
+            while_held(output)
     return output
 
 
