@@ -530,6 +530,23 @@ def test_the_description_leads_with_size_by_kernel_the_winner_and_the_right_refe
     assert "| 397,645.0 GFLOPS | 98.3% cuBLAS TF32 |" in text
 
 
+def test_a_job_whose_samples_are_noisy_is_marked_where_its_rate_is_shown():
+    """Samples from 62 µs to 5 ms (a profiler holding the host back) gave a median that looked
+    like any other rate: its noise is said beside the † list, as a baseline's would be."""
+    from runner.sweep.callback import SweepSummary, description
+
+    clean = {"gpu.hygiene": "clean", "gpu.clock_reasons": "none"}
+    jobs = [_job("matmul_9", 1000, 1030, 999, 12_300.0, "cuda", tags=clean,
+                 metrics={"perf/pct_of_vendor": 37.0, "time/noise": 2.09}),
+            _job("matmul_9", 4096, 4096, 4096, 51_300.0, "cuda", tags=clean,
+                 metrics={"perf/pct_of_vendor": 99.6, "time/noise": 0.004})]
+    text = description("sgemm", SweepSummary.of(jobs), 2, ["H100"])
+    assert "| 1000x1030x999 | **★ 12,300 †** |" in text
+    assert "| 4096³ | **★ 51,300** |" in text
+    assert "- matmul_9 1000x1030x999: samples noisy: median ±209.0%" in text
+    assert "4096³: samples noisy" not in text
+
+
 @pytest.mark.parametrize("overrides, said", [
     (["kernel=matmul_1,matmul_99", "size=16"], "Could not find 'kernel/matmul_99'"),
     (["+experiment=sgemm_ladder", "shape=null", "size=96"], "set to null"),

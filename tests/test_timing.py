@@ -150,3 +150,16 @@ def test_a_program_is_reused_by_its_own_backend_only(cpu_backend):
     del other, theirs
     gc.collect()
     assert their_program() is None, "the cache still holds a program of a backend that is gone"
+
+
+def test_the_runs_line_says_when_its_samples_are_noisy():
+    from types import SimpleNamespace
+
+    from runner.terminal.summary import gpu_note
+
+    steady = TimeStats.of([1.0, 1.001, 0.999, 1.0, 1.002, 0.998, 1.0, 1.001, 0.999, 1.0])
+    held_back = TimeStats.of([0.062, 0.063, 5.0, 0.31, 1.2, 0.062, 2.4, 0.9, 0.062, 3.3])
+    assert gpu_note(SimpleNamespace(stats=steady, gpu=None, host=None)) == ""
+    note = gpu_note(SimpleNamespace(stats=held_back, gpu=None, host=None))
+    assert "samples noisy" in note and f"±{held_back.noise:.1%}" in note
+    assert gpu_note(SimpleNamespace(stats=None, gpu=None, host=None)) == ""  # a sanitizer run

@@ -117,8 +117,9 @@ def pct_cell(run, digits: int = 1) -> str:
 
 def hygiene(run, reasons: bool = False) -> str:
     """What was not clean while the run was timed, in a few words (`GPU throttled: clocks held
-    back: hw_slowdown`, `clocks: sw_power_cap`, `host shared`), or "" where the GPU and the host
-    were clean or not watched; with `reasons`, the host's in words too."""
+    back: hw_slowdown`, `clocks: sw_power_cap`, `host shared`, `samples noisy: median ±12.5%`),
+    or "" where the GPU and the host were clean or not watched and the samples agree; with
+    `reasons`, the host's in words too."""
     tags = run.data.tags
     notes = []
     gpu = tags.get(names.GPU_HYGIENE)
@@ -131,7 +132,23 @@ def hygiene(run, reasons: bool = False) -> str:
     if host and host != "clean":
         why = tags.get(names.HOST_HYGIENE_REASONS, "") if reasons else ""
         notes.append(f"host {host}" + (f" ({why})" if why else ""))
+    noise = noisy(run)
+    if noise:
+        notes.append(noise)
     return "; ".join(notes)
+
+
+def noisy(run) -> str:
+    """`samples noisy: median ±12.5%` where the run's median is not known to within
+    timing.NOISE_LIMIT (the limit a vendor baseline is held to), else "": a rate that a host
+    holding launches back can make look like a steady figure (37% of cuBLAS SGEMM, its samples
+    from 62 µs to 5 ms, under a profiler)."""
+    from runner.run.timing import NOISE_LIMIT
+
+    noise = run.data.metrics.get(names.TIME_NOISE)
+    if noise is None or not noise > NOISE_LIMIT:
+        return ""
+    return f"samples noisy: median ±{noise:.1%}"
 
 
 def clock(run) -> str:

@@ -158,7 +158,8 @@ def summary_table(table: dict) -> list[str]:
     header = "| step | " + " | ".join(head(*c) for c in columns) + " |"
     lines = ["Rate (GFLOPS, or GB/s for copies) and % of the vendor library of the step's own "
              "precision in the same run (cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 "
-             "and 3xTF32); † timed on a GPU or host that was not clean:", "",
+             "and 3xTF32); † not clean while timed (the GPU or host busy or held back, or the "
+             "samples too noisy):", "",
              header, "| --- |" + " ---: |" * len(columns)]
     for kernel in kernels:
         row = []

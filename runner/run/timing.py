@@ -68,6 +68,12 @@ def outside_timed_windows() -> None:
     _quiet.wait()
 
 
+# A median not known to within this fraction (the half-width of its 95% interval, median_noise)
+# is noisy: a baseline is measured again and never used so (runner/run/vendor.py), a kernel's
+# record says so wherever its rate is shown (runner/results/records.py, hygiene). 3%: the
+# agreement asked of a first and a second sweep on a fresh GPU host.
+NOISE_LIMIT = 0.03
+
 # The fewest samples the adaptive mode takes: the first count whose 95% interval of the median
 # is narrower than the samples' whole range ([x(2), x(9)] of 10, 97.9% coverage).
 MIN_SAMPLES = 10

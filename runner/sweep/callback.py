@@ -475,7 +475,8 @@ def _tag_value(value) -> str:
 def size_by_kernel(summary: "SweepSummary") -> list[str]:
     """The best rate per size (rows) and kernel (columns; with the backend where several
     were swept), each with its % of the vendor library of the step's own precision; the fastest
-    at each size in bold with ★; a † where that job's GPU or host was not clean while timed."""
+    at each size in bold with ★; a † where that job was not clean while timed (its GPU or host,
+    or its samples' noise)."""
     several_backends = len({backend for _, _, backend, _ in summary.best}) > 1
     cells: dict = {}
     for (kernel, size, backend, _), run in summary.best.items():
@@ -503,8 +504,8 @@ def size_by_kernel(summary: "SweepSummary") -> list[str]:
     unit_text = next(iter(units)) if one_unit else "GFLOPS, or GB/s for copies"
     lines = [f"**Best rate per size** ({unit_text}) and its % of the vendor library of the "
              "step's own precision (cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 and "
-             "3xTF32); ★ the fastest at the size; † timed on a GPU or host that was not clean "
-             "(below).", "",
+             "3xTF32); ★ the fastest at the size; † not clean while timed: the GPU or host "
+             "busy or held back, or the samples too noisy (below).", "",
              "| size | " + " | ".join(columns) + " |",
              "| --- |" + " ---: |" * len(columns)]
     for size in sizes:
@@ -532,13 +533,15 @@ def size_by_kernel(summary: "SweepSummary") -> list[str]:
 
 
 def unclean_jobs(summary: "SweepSummary", limit: int = 20) -> list[str]:
-    """Each measured job whose GPU or host was not clean while timed: what, and its clock."""
+    """Each measured job not clean while timed (its GPU or host, or its samples' noise): what,
+    and its clock."""
     unclean = [run for run in summary.runs if _status(run) in ("ok", "cached") and _hygiene(run)]
     if not unclean:
         return []
     unclean.sort(key=lambda r: (r.data.params.get(names.KERNEL_NAME, ""), _size(r)))
     lines = [f"† Not clean while timed ({len(unclean)} of the measured jobs; tags "
-             f"`{names.GPU_HYGIENE}`, `{names.HOST_HYGIENE}`, `{names.GPU_CLOCK_REASONS}`):", ""]
+             f"`{names.GPU_HYGIENE}`, `{names.HOST_HYGIENE}`, `{names.GPU_CLOCK_REASONS}`, "
+             f"metric `{names.TIME_NOISE}`):", ""]
     for run in unclean[:limit]:
         clock = _clock(run)
         what = " ".join(filter(None, [run.data.params.get(names.KERNEL_NAME, "?"),

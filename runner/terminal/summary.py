@@ -20,13 +20,19 @@ def _number(value, fmt: str, missing: str = "—") -> str:
 
 def gpu_note(outcome: RunOutcome) -> str:
     """" · GPU shared: …" where the GPU was not clean during the timed launches (" · host
-    shared: …" where the host's CPUs were not, for a CPU device), else ""."""
+    shared: …" where the host's CPUs were not, for a CPU device), and " · samples noisy: median
+    ±12.5%" where the median is not known to within timing.NOISE_LIMIT; else ""."""
+    from runner.run.timing import NOISE_LIMIT
+
+    note = ""
+    if outcome.stats is not None and NOISE_LIMIT < outcome.stats.noise < float("inf"):
+        note = f" · [bold yellow]samples noisy[/]: median ±{outcome.stats.noise:.1%}"
     host = getattr(outcome, "host", None)
     if host is not None and host.hygiene == "shared":
-        return f" · [bold yellow]host shared[/]: {escape(host.why())}"
+        return f" · [bold yellow]host shared[/]: {escape(host.why())}" + note
     if outcome.gpu is None or outcome.gpu.hygiene == "clean":
-        return ""
-    return f" · [bold yellow]GPU {outcome.gpu.hygiene}[/]: {escape(outcome.gpu.why())}"
+        return note
+    return f" · [bold yellow]GPU {outcome.gpu.hygiene}[/]: {escape(outcome.gpu.why())}" + note
 
 
 def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
