@@ -19,7 +19,8 @@ TIME_MS_Q3 = "time_ms/q3"
 # interval (runner/run/timing.py, median_noise); the adaptive mode stops on the latter.
 TIME_NOISE = "time/noise"
 TIME_SAMPLES = "time/samples"
-KERNEL_WORK_S = "time_s/kernel_work"  # the checked launch and the timing: a job's own work (no wait for its inspection)
+# The checked launch and the timing: a job's own work (its wait for its inspection left out).
+KERNEL_WORK_S = "time_s/kernel_work"
 VENDOR_GFLOPS = "vendor/gflops"
 VENDOR_GBPS = "vendor/gbps"
 VENDOR_TIME_MS_MEDIAN = "vendor/time_ms_median"

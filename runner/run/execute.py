@@ -72,14 +72,14 @@ CLEAN_RETRY_PAUSE_S = 10.0  # timing.require_clean: how long a busy GPU gets to 
 # did work the timed launches skipped. Against the slowest, not the median: a launch the host
 # delayed is already among the samples.
 SKIPPED_WORK_RATIO = 3.0
+# ... and by at least this much: a launch of a few microseconds into freshly poisoned buffers (a
+# CPU's caches cold after the fill) measured 7x its warm samples at 16^3 on PoCL, 0.013 ms.
+SKIPPED_WORK_FLOOR_MS = 0.1
 # A single launch can be held up on its own (an H100 timed a correct 46 µs kernel's launch into
 # poisoned output at 374 and 254 µs, twice running, at a sweep's end): the launch is tried this
 # many times, each try after the first paired with a plain launch timed just before it, as the
 # samples were. Work skipped makes every try slow against its pair; a held-up GPU slows both.
 SKIPPED_WORK_TRIES = 3
-# ... and by at least this much: a launch of a few microseconds into freshly poisoned buffers (a
-# CPU's caches cold after the fill) measured 7x its warm samples at 16^3 on PoCL, 0.013 ms.
-SKIPPED_WORK_FLOOR_MS = 0.1
 # A run that fails while its inspection (made beside the check) is still running waits this long
 # for it, so that a failed run keeps its PTX and SASS as before, then fails without it.
 INSPECT_GRACE_ON_FAILURE_S = 5.0
