@@ -140,7 +140,7 @@ def test_configs_composed_in_the_thread_go_to_the_compile_pool(no_worker):
         composed(MASTER, overrides)
     composed.launching(lambda config, overrides: heard.append(" ".join(overrides)))
     [composed(MASTER, overrides) for overrides in BATCH]
-    assert heard == ["size=2", "size=3", "size=4"]  # the first reaches the pool as it starts
+    assert heard == ["size=2", "size=3", "size=4"]  # the first job's worker compiles its own
     composed.forget()
 
 
@@ -173,15 +173,15 @@ def test_the_compile_pool_takes_requests_as_they_come_each_once(monkeypatch, tmp
     pool = precompile.Precompiler([request("first"), None, request("a")])
     pool.submit(request("b"))
     pool.submit(request("a"))  # asked for already
-    pool.submit(request("first"))  # in the pool from the start (its worker compiles it too)
+    pool.submit(request("first"))  # its worker compiles it
     pool.submit(None)  # a job its own run refuses, or another backend's
     fake = pool._pool
-    assert [r.source for r in fake.submitted] == ["first", "a", "b"]
-    assert fake.capabilities == [90, 90, 90]  # NVML's: the pool's processes never start CUDA
+    assert [r.source for r in fake.submitted] == ["a", "b"]
+    assert fake.capabilities == [90, 90]  # NVML's: the pool's processes never start CUDA
     pool.close()
     assert fake.shut
     pool.submit(request("c"))  # after the batch: nothing
-    assert [r.source for r in fake.submitted] == ["first", "a", "b"]
+    assert [r.source for r in fake.submitted] == ["a", "b"]
 
 
 def test_no_pool_without_a_gpu(monkeypatch, tmp_path):

@@ -6,12 +6,12 @@ them; an Optuna search: `hydra.sweeper.n_jobs` trials), so gemmlab's launcher
 (hydra_plugins/gemmlab_launcher) composes the batch's configs, and while the first job runs,
 this pool compiles the programs of the others into the compile cache on disk
 (runner/backends/nvrtc.py): a job then finds its program there, or waits for the pool's compile
-of it to end where that has begun (the cache's lock). The first job's program goes to the pool
-too, as the batch starts, while the first job's worker opens the device; the worker compiles it
-as well, before that job, and whichever starts second waits for the other. Nothing else
-changes: the job still compiles through the same call (a cache miss, a compile that failed in
-the pool, a pool that was not started, all compile in the job as before, under its time limit),
-so every check and every record stays as it was. The pool is stopped when the batch ends.
+of it to end where that has begun (the cache's lock). The first job's program is compiled by
+its worker, while the sweep's process sets the job up (runner/run/ahead.py): given to the pool
+too, it gained nothing measurable on an H100 (docs/methodology.md). Nothing else changes: the job still compiles through the same call (a cache
+miss, a compile that failed in the pool, a pool that was not started, all compile in the job as
+before, under its time limit), so every check and every record stays as it was. The pool is
+stopped when the batch ends.
 """
 
 import logging
@@ -141,8 +141,8 @@ def _nvml_gpus() -> tuple[int, Optional[int]]:
 
 
 class Precompiler:
-    """The pool for one batch: `Precompiler(requests)` starts compiling every request, each
-    program once; `submit(request)` adds
+    """The pool for one batch: `Precompiler(requests)` starts compiling every request but the
+    first (its worker compiles that one, at once), each program once; `submit(request)` adds
     a job's request as it comes (gemmlab's launcher composes a GPU batch's later jobs in the
     background); `close()` stops it. The pool's processes start as the requests come."""
 
@@ -151,18 +151,20 @@ class Precompiler:
 
         self._pool = None
         self._lock = threading.Lock()
+        self._first = requests[0] if requests else None
         self._seen: set = set()
         self._closed = cache_folder() is None  # nothing to compile into
         self._gpus: Optional[bool] = None  # NVML asked once, at the first request to compile
         self._capability: Optional[int] = None  # theirs, where they share one
-        for request in requests:
+        for request in requests[1:]:
             self.submit(request)
 
     def submit(self, request: Optional[CompileRequest]) -> None:
-        """Compile `request` in the pool unless already asked for; nothing once the pool is
-        closed, or without a GPU to compile for."""
+        """Compile `request` in the pool unless it is the first job's, or already asked for;
+        nothing once the pool is closed, or without a GPU to compile for."""
         with self._lock:
-            if request is None or request in self._seen or self._closed:
+            if request is None or request == self._first or request in self._seen \
+                    or self._closed:
                 return
             self._seen.add(request)
             if self._pool is None:
