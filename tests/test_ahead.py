@@ -16,7 +16,7 @@ from runner.config.spec import ProblemSize, plan_kernel
 from runner.record import names
 from runner.run import guards, limits, operations, vendor
 from runner.run import ahead
-from runner.run.ahead import draw_ahead, finish_drawing, prepare_ahead
+from runner.run.ahead import AHEAD_PARTS, draw_ahead, finish_drawing, prepare_ahead
 from runner.run.execute import execute
 from runner.run.operations import clear_caches, make_problem
 from runner.run.phases import AHEAD, PHASES, metric
@@ -134,7 +134,7 @@ def test_nothing_is_drawn_ahead_on_a_cpu_or_for_a_job_of_its_own(monkeypatch):
 def test_a_job_that_cannot_be_prepared_is_left_to_its_run(monkeypatch):
     cfg = compose_config(*CPU, "kernel=matmul_2", "size=64")
     monkeypatch.setattr(limits, "available_host_bytes", lambda: 1024)  # refused for memory
-    assert prepare_ahead(cfg) >= 0.0  # no exception: the job itself says why
+    assert prepare_ahead(cfg)[AHEAD] >= 0.0  # no exception: the job itself says why
     assert len(operations._problems) == 0 and guards._staged == {}
     broken = compose_config(*CPU, "kernel=matmul_2", "size=64", "kernel.params.TS=7")
     monkeypatch.undo()
@@ -193,8 +193,12 @@ def test_a_sweeps_jobs_record_their_stages_and_what_was_prepared_ahead(tmp_path)
         assert job.data.metrics[names.CHECK_PASSED] == 1.0
         assert all(metric(phase) in job.data.metrics for phase in ("setup", "check", "time"))
         assert set(PHASES) >= {key[len("time_s/"):] for key in job.data.metrics
-                               if key.startswith("time_s/")} - {"kernel_work", "record_open",
-                                                                "worker", AHEAD}
+                               if key.startswith("time_s/") and "/ahead/" not in key} - {
+            "kernel_work", "record_open", "worker", AHEAD}
+        parts = {key[len("time_s/ahead/"):]: seconds for key, seconds in job.data.metrics.items()
+                 if key.startswith("time_s/ahead/")}
+        assert set(parts) <= set(AHEAD_PARTS) and {"draw", "inputs", "upload"} <= set(parts)
+        assert sum(parts.values()) == pytest.approx(job.data.metrics[metric(AHEAD)])
     # the first prepared as soon as it was composed, each later one while the last ended
     assert all(job.data.metrics[metric(AHEAD)] > 0 for job in jobs)
 
@@ -220,6 +224,7 @@ def test_a_gpu_sweeps_baselines_are_measured_ahead_of_their_jobs(tmp_path):
         metrics = job.data.metrics
         assert metrics[names.PCT_OF_VENDOR] > 0
         assert metrics[metric(AHEAD)] > metrics[metric("vendor")], metrics
+    assert jobs[1].data.metrics[metric(f"{AHEAD}/vendor")] > 0  # 2048's baselines, ahead
     assert jobs[-1].data.metrics[names.PCT_OF_VENDOR_TF32] > 0  # matmul_13 at 2048
 
 

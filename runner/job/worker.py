@@ -35,8 +35,9 @@ from multiprocessing.connection import Connection
 
 log = logging.getLogger("runner")
 
-# Seconds spent preparing the coming job ahead of it, recorded by that job.
-_ahead_s = 0.0
+# Seconds spent preparing the coming job ahead of it, in all and by part (runner/run/ahead.py,
+# prepare_ahead), recorded by that job.
+_ahead_s: dict = {}
 
 # The OpenCL devices this process has named in the log (how it was chosen): once each, not
 # once per job of a sweep (each run records its device in its tags).
@@ -109,7 +110,7 @@ def run_job(conn: Connection, cfg) -> bool:
     from runner.run.ahead import finish_drawing
     from runner.run.execute import execute
     from runner.run.guards import drop_staged
-    from runner.run.phases import AHEAD, PhaseClock, metric
+    from runner.run.phases import PhaseClock, metric
     from runner.terminal import progress as progress_bars
 
     global _ahead_s
@@ -130,8 +131,8 @@ def run_job(conn: Connection, cfg) -> bool:
         enter("setup")
         send(("record", "tags", ({names.WORKER_PID: str(os.getpid())},)))
         if _ahead_s:
-            send(("record", "metrics", ({metric(AHEAD): _ahead_s},)))
-            _ahead_s = 0.0
+            send(("record", "metrics", ({metric(part): s for part, s in _ahead_s.items()},)))
+            _ahead_s = {}
         finish_drawing(cfg)  # where its own inputs are being drawn (no ahead came for it)
         plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
         if cfg.check.get("sanitizer") and cfg.backend.name == "cuda":

@@ -112,27 +112,39 @@ def warm_up(backend_cfg: dict) -> None:
         log.debug("the device was not opened ahead of the sweep: %s", error)
 
 
-def prepare_ahead(cfg, compile_request=None) -> float:
+def prepare_ahead(cfg, compile_request=None) -> dict[str, float]:
     """Prepare what `cfg`'s job shares with no kernel, and with `compile_request` (a batch's
-    first job, which the compile pool leaves to its own job) its program too; the seconds it
-    took."""
-    started = time.perf_counter()
+    first job, which the compile pool leaves to its own job) its program too. The seconds it
+    took: `ahead` in all, and `ahead/<part>` for each part (AHEAD_PARTS) that took any."""
+    from runner.run.phases import AHEAD, PhaseClock
+
+    clock = PhaseClock()
+    clock.enter("draw")
     finish_drawing()  # its inputs, drawn while the job before it ran
     try:
-        _prepare(cfg)
+        _prepare(cfg, clock.enter)
     except Exception as error:  # the job does it again and reports what fails
         log.debug("nothing prepared ahead of %s: %s", cfg.kernel.get("name"), error)
     if compile_request is not None:
+        clock.enter("compile")
         try:
             from runner.sweep.precompile import compile_ahead
 
             compile_ahead(compile_request)
         except Exception as error:  # its job compiles it and reports what fails
             log.debug("%s was not compiled ahead: %s", cfg.kernel.get("name"), error)
-    return time.perf_counter() - started
+    clock.stop()
+    seconds = {f"{AHEAD}/{part}": spent for part, spent in clock.seconds.items()}
+    return {AHEAD: sum(clock.seconds.values()), **seconds}
 
 
-def _prepare(cfg) -> None:
+# The parts of the work ahead, each recorded as time_s/ahead/<part>: the wait for the inputs
+# drawn in the thread; inputs and reference (where the thread did not draw them); the uploads
+# into guarded buffers; the vendor library's baseline; the first job's program.
+AHEAD_PARTS = ("draw", "inputs", "upload", "vendor", "compile")
+
+
+def _prepare(cfg, enter=lambda part: None) -> None:
     from runner.backends import make_backend
     from runner.config.schema import Operation
     from runner.config.spec import ProblemSize, plan_kernel
@@ -150,6 +162,7 @@ def _prepare(cfg) -> None:
     progress_bars.forward_to(lambda message: None)  # no job to draw them under; its run resets
     if cfg.check.get("sanitizer") or cfg.get("gpus", 0):
         return  # a worker of its own under the tool, or a GPU claimed when the job starts
+    enter("inputs")
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     backend = make_backend(cfg.backend)
     device = backend.device_info()
@@ -159,6 +172,7 @@ def _prepare(cfg) -> None:
     check_cfg = effective_check(cfg)
     prepare_reference(problem, check_cfg, cfg.seed)
     if sum(floats.values()) * 4 <= STAGE_SHARE * device.global_memory_bytes:
+        enter("upload")
         drop_staged()
         for array in (*problem.inputs.values(), *problem.initial.values()):
             stage_upload(backend, array, array.shape[-1])
@@ -168,6 +182,7 @@ def _prepare(cfg) -> None:
     if device.device_type != "cpu" and plan.operation is Operation.sgemm:
         from runner.run.gpu_state import energy_probe, nvml_handle
 
+        enter("vendor")
         gpu = nvml_handle(device.uuid, device.pci_address) if device.is_nvidia_gpu else None
         vendor_baseline(backend, plan, problem, {}, cfg.timing, check_cfg, cfg.seed,
                         energy_probe(gpu, float(cfg.timing.get("energy_s", 0.0) or 0.0)))

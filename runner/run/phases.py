@@ -28,6 +28,7 @@ RECORD_OPEN = "record_open"  # the MLflow run opened, its params and config writ
 WORKER = "worker"  # the job's wall in the worker less its stages: messages, a worker's start
 # Recorded apart: the job's share prepared in the worker before the job was sent
 # (runner/run/ahead.py), while the sweep's process was busy between jobs; on no one's clock.
+# Its parts as time_s/ahead/<part> (ahead.AHEAD_PARTS).
 AHEAD = "ahead"
 
 
