@@ -378,7 +378,7 @@ def test_the_wait_for_the_inspection_is_not_counted_as_the_kernels_own_work(monk
     execute_module._inspections.pop(backend, None)
 
     def slow(*args):
-        time.sleep(1.0)
+        time.sleep(2.0)
         return {"summary.md": "late\n"}
 
     recorded = {}
@@ -390,8 +390,8 @@ def test_the_wait_for_the_inspection_is_not_counted_as_the_kernels_own_work(monk
     monkeypatch.setattr(execute_module, "inspect_once", slow)
     started = time.perf_counter()
     assert execute(cfg, backend, plan, Metrics()).check.passed
-    assert time.perf_counter() - started >= 1.0
-    assert 0 < recorded[names.KERNEL_WORK_S] < 0.9
+    assert time.perf_counter() - started >= 2.0
+    assert 0 < recorded[names.KERNEL_WORK_S] < 1.5
 
 
 def test_an_inspection_that_fails_in_its_thread_is_a_note_not_a_lost_error(monkeypatch):
