@@ -26,7 +26,6 @@ anything that fails here is done again by the job, which says what failed.
 
 import logging
 import threading
-import time
 from typing import Optional
 
 log = logging.getLogger(__name__)
