@@ -8,10 +8,10 @@ this pool compiles the programs of the others into the compile cache on disk
 (runner/backends/nvrtc.py): a job then finds its program there, or waits for the pool's compile
 of it to end where that has begun (the cache's lock). The first job's program is compiled by
 its worker, while the sweep's process sets the job up (runner/run/ahead.py): given to the pool
-too, it gained nothing measurable on an H100 (docs/methodology.md). Nothing else changes: the job still compiles through the same call (a cache
-miss, a compile that failed in the pool, a pool that was not started, all compile in the job as
-before, under its time limit), so every check and every record stays as it was. The pool is
-stopped when the batch ends.
+too, it gained nothing measurable on an H100 (docs/methodology.md). Nothing else changes: the
+job still compiles through the same call (a cache miss, a compile that failed in the pool, a
+pool that was not started, all compile in the job as before, under its time limit), so every
+check and every record stays as it was. The pool is stopped when the batch ends.
 """
 
 import logging
