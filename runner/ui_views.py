@@ -62,8 +62,9 @@ def _is_series(run) -> bool:
 
 
 def columns(children: list) -> list[str]:
-    """The table's columns, in order: kernel, backend, size, rate, headline %, the reference
-    library, precision, hygiene, tiling (each only where some job of the sweep recorded it)."""
+    """The table's columns, in order: kernel, backend, size, rate, headline %, the samples'
+    noise (above 0.03: marked † in the parent's table), the reference library, precision,
+    hygiene, tiling (each only where some job of the sweep recorded it)."""
     jobs = [r for r in children if not _is_series(r)] or children
     params = {k for r in jobs for k in r.data.params}
     metrics = {k for r in jobs for k in r.data.metrics}
@@ -72,7 +73,8 @@ def columns(children: list) -> list[str]:
                                              names.N, names.K) if k in params]
     percent = ([names.PCT_OF_REFERENCE] if names.PCT_OF_REFERENCE in metrics
                else [names.PCT_OF_VENDOR, names.PCT_OF_VENDOR_TF32])  # a store from before it
-    wanted += [column("metrics", k) for k in (_rate_key(jobs), *percent) if k in metrics]
+    wanted += [column("metrics", k) for k in (_rate_key(jobs), *percent, names.TIME_NOISE)
+               if k in metrics]
     wanted += [column("tags", k) for k in (names.REFERENCE,) if k in tags]
     wanted += [column("params", k) for k in (names.KERNEL_PRECISION,) if k in params]
     wanted += [column("tags", k) for k in (names.GPU_HYGIENE, names.HOST_HYGIENE) if k in tags]

@@ -240,3 +240,16 @@ def test_gemmlab_ui_serves_the_view_it_printed(store):
     finally:
         os.kill(process.pid, signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def test_the_runs_table_shows_the_samples_noise_where_the_jobs_recorded_it():
+    def job(noise=None):
+        metrics = {names.GFLOPS: 1.0, **({names.TIME_NOISE: noise} if noise is not None else {})}
+        return SimpleNamespace(data=SimpleNamespace(
+            params={names.KERNEL_NAME: "matmul_9"}, metrics=metrics,
+            tags={names.GPU_HYGIENE: "clean"}))
+
+    noise = f"metrics.`{names.TIME_NOISE}`"
+    shown = ui_views.columns([job(0.004), job(2.09)])
+    assert shown.index(f"metrics.`{names.GFLOPS}`") + 1 == shown.index(noise)  # beside the rate
+    assert noise not in ui_views.columns([job()])  # a store from before the noise was recorded
