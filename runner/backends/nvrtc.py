@@ -12,7 +12,6 @@ import json
 import os
 import re
 import resource
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -88,13 +87,11 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
         while_held(output)
         return output
     with _compiling(path):
-        output = _cache_read(path)
-        if output is None:
-            output = _nvrtc_compile(*request)
-            while_held(output)  # first: a job that finds the entry then finds the SASS too
+        cached = _cache_read(path)
+        output = cached if cached is not None else _nvrtc_compile(*request)
+        while_held(output)  # first: a job that finds the entry then finds the SASS too
+        if cached is None:
             _cache_write(path, output)
-        else:
-            while_held(output)
     return output
 
 
@@ -199,20 +196,12 @@ def _compiling(path: Path):
     file beside the entry, which the system drops when its holder dies; where it cannot be
     taken (no fcntl, a folder that cannot be written) or after COMPILE_LOCK_WAIT_S, the
     process compiles without it."""
-    with _held_lock:
-        held_here = path in _held
-        _held.add(path)
-    if held_here:  # this process holds it already (while_held around the compile)
-        yield
-        return
     try:
         import fcntl
 
         path.parent.mkdir(parents=True, exist_ok=True)
         handle = open(path.with_name(f"{path.stem}.lock"), "a")
     except (ImportError, OSError):
-        with _held_lock:
-            _held.discard(path)
         yield
         return
     try:
@@ -230,13 +219,6 @@ def _compiling(path: Path):
         yield
     finally:
         handle.close()  # releases the lock, if held
-        with _held_lock:
-            _held.discard(path)
-
-
-# The entries whose compile lock this process holds: taken again inside, it is held already.
-_held: set = set()
-_held_lock = threading.Lock()
 
 
 CACHE_ENV = "GEMMLAB_COMPILE_CACHE"  # a folder, or 0 / off for none

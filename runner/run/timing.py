@@ -37,9 +37,9 @@ from runner.terminal import progress as progress_bars
 
 # The runner's own background host work (the coming jobs' inputs drawn in a thread of the
 # worker: runner/run/ahead.py) waits while launches are timed. Each launch is enqueued from
-# Python; a thread holding the interpreter lock then holds the launch back (up to the 5 ms
-# switch interval), the GPU idles inside the timed span, and a short kernel measures slow:
-# matmul_9 at 1000x1030x999 took 84 µs in most samples against 62 µs alone (73% of cuBLAS).
+# Python; a thread holding the interpreter lock, or BLAS on every core, can hold a launch back
+# past the spin kernel before it, and the GPU then idles inside the timed span (a host held
+# back under a profiler timed a 62 µs kernel at up to 5 ms; docs/methodology.md).
 _quiet = threading.Event()
 _quiet.set()
 _windows_lock = threading.Lock()
