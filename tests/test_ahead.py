@@ -48,12 +48,15 @@ class Recorder:
 
 
 def _uploads_of_a_run(cfg, monkeypatch) -> int:
-    """How many uploads the run's own execute makes."""
+    """How many buffers the run's own execute makes on the device (uploaded, or filled there
+    and its values written in)."""
     backend = make_backend(cfg.backend)
     calls = []
-    upload = type(backend).upload
+    upload, filled = type(backend).upload, type(backend).filled
     monkeypatch.setattr(type(backend), "upload",
                         lambda self, host: calls.append(host.size) or upload(self, host))
+    monkeypatch.setattr(type(backend), "filled",
+                        lambda self, count, bits: calls.append(count) or filled(self, count, bits))
     outcome = execute(cfg, backend, plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k)),
                       Recorder())
     monkeypatch.setattr(type(backend), "upload", upload)

@@ -509,6 +509,37 @@ def test_an_input_is_compared_on_the_device_and_a_change_is_still_placed(cpu_bac
     assert violation(cpu_backend, "A", guarded) is None
 
 
+def _layout_of_guarded_buffers(backend):
+    from runner.run.guards import SENTINEL_BITS, guarded_alloc, guarded_upload
+
+    values = np.random.default_rng(5).standard_normal((30, 70)).astype(np.float32)
+    uploaded = guarded_upload(backend, values, 70)
+    bits = backend.download(uploaded.whole, (2 * uploaded.guard + values.size,)).view(np.uint32)
+    guard = uploaded.guard
+    assert (bits[:guard] == SENTINEL_BITS).all()
+    assert (bits[guard + values.size:] == SENTINEL_BITS).all()
+    assert (bits[guard:guard + values.size] == values.ravel().view(np.uint32)).all()
+    output = guarded_alloc(backend, 333, 70)
+    bits = backend.download(output.whole, (2 * output.guard + 333,)).view(np.uint32)
+    assert (bits == SENTINEL_BITS).all()
+    bare = guarded_upload(backend, values, 70, guarded=False)  # under a sanitizer
+    assert bare.guard == 0 and (backend.download(bare.whole, values.shape) == values).all()
+
+
+def test_guarded_buffers_are_filled_and_written_on_the_device(cpu_backend):
+    """Guards of sentinels around the input's own values, an output all sentinel: made on the
+    device (filled, the input written into place), as the host-padded copies were."""
+    _layout_of_guarded_buffers(cpu_backend)
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_cuda_fills_and_writes_guarded_buffers():
+    from runner.backends.cuda import CUDABackend
+
+    _layout_of_guarded_buffers(CUDABackend())
+
+
 @pytest.mark.gpu
 @requires_cuda_gpu
 def test_cuda_poisons_and_counts_differences_with_its_own_kernels():

@@ -244,30 +244,108 @@ def test_a_compile_lock_held_too_long_is_given_up(cache, monkeypatch):
     assert output.cubin and entries(cache) == [entry]
 
 
-def test_the_pool_disassembles_while_it_holds_the_programs_lock(cache, monkeypatch):
-    """So a job that waited for the pool's compile, or found its entry, finds the SASS as well
-    and does not disassemble the program a second time beside its check."""
+def _held_by_another(lock) -> bool:
     import fcntl
 
+    with open(lock, "a") as other:  # another process's view of the lock
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return False
+        except BlockingIOError:
+            return True
+
+
+def test_the_pool_writes_the_program_then_disassembles_it_under_the_sass_lock(cache, monkeypatch):
+    """The job waiting for its program starts as soon as the entry is written; the pool holds
+    the SASS's lock from before that, so the job's inspection waits for that disassembly."""
     cfg = compose_config("backend=cuda", "kernel=matmul_4", "size=256")
     request = precompile.request_of(cfg, [])
     assert request.disassemble
     from runner.inspect import program
 
-    held = []
+    if program._sass_cache_path(b"x") is None:
+        pytest.skip("no nvdisasm or cuobjdump here")
+    seen = []
 
     def disassemble(cubin):
-        assert entries(cache) == [], "the program's entry was written before its SASS"
-        lock = next(cache.glob("*/*.lock"))
-        with open(lock, "a") as other:  # another process's view of the lock
-            try:
-                fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                held.append(False)
-            except BlockingIOError:
-                held.append(True)
+        program_lock = next(cache.glob("[0-9a-f][0-9a-f]/*.lock"))
+        sass_lock = next((cache / "sass").glob("*.lock"))
+        seen.append((len(entries(cache)), _held_by_another(program_lock),
+                     _held_by_another(sass_lock)))
+        return "SASS", "a stand-in"
 
-    monkeypatch.setattr(program, "disassemble", disassemble)
+    monkeypatch.setattr(program, "_disassemble", disassemble)
     precompile._compile(request, 90)
-    assert held == [True] and len(entries(cache)) == 1
-    with open(next(cache.glob("*/*.lock")), "a") as after:
-        fcntl.flock(after, fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go once done
+    assert seen == [(1, False, True)]  # entry written, program's lock free, SASS's lock held
+    assert not _held_by_another(next((cache / "sass").glob("*.lock")))  # let go once done
+
+
+def test_an_inspection_waits_for_the_disassembly_in_flight(cache, monkeypatch):
+    """A job whose program's SASS the pool (or its worker's compile thread) is making reads that
+    SASS instead of disassembling the program a second time beside its check."""
+    import fcntl
+    import threading
+
+    from runner.inspect import program
+
+    cubin = b"a cubin"
+    path = program._sass_cache_path(cubin)
+    if path is None:
+        pytest.skip("no nvdisasm or cuobjdump here")
+    monkeypatch.setattr(program, "_disassemble", lambda cubin: pytest.fail("disassembled again"))
+    path.parent.mkdir(parents=True)
+    pool_holds = open(path.with_name(f"{path.stem}.lock"), "a")
+    fcntl.flock(pool_holds, fcntl.LOCK_EX)  # the pool's process, disassembling
+    got = []
+    job = threading.Thread(target=lambda: got.append(program.disassemble(cubin)))
+    job.start()
+    job.join(0.5)
+    assert job.is_alive(), "the inspection did not wait for the disassembly in flight"
+    nvrtc.cache_write(path, {"sass": "SASS", "how": "the pool's"})
+    pool_holds.close()
+    job.join(10)
+    assert got == [("SASS", "the pool's")]
+
+
+class _FakePool:
+    def __init__(self):
+        self.submitted, self.stopped = [], False
+
+    def submit(self, function, *args):
+        self.submitted.append((function, args))
+
+
+def test_a_cuda_sweep_starts_the_pool_with_itself_and_its_first_batch_takes_it(cache,
+                                                                               monkeypatch):
+    """prestart (a sweep's start): processes started and loaded, for the batch's Precompiler,
+    which compiles in them with NVML's compute capability; none for OpenCL or without a GPU."""
+    import sys
+
+    pools = []
+    monkeypatch.setattr(precompile, "_new_pool", lambda: pools.append(_FakePool()) or pools[-1])
+    monkeypatch.setattr(precompile, "_stop", lambda pool: setattr(pool, "stopped", True))
+    monkeypatch.setattr(precompile, "_prestarted", None)
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNVML([]))
+    precompile.prestart("cuda")
+    assert pools == []  # no GPU
+    monkeypatch.setitem(sys.modules, "pynvml", _FakeNVML([90]))
+    precompile.prestart("opencl")
+    assert pools == []
+    precompile.prestart("cuda")
+    assert len(pools) == 1
+    assert [f for f, _ in pools[0].submitted] == [precompile._loaded] * precompile.PRESTARTED
+
+    first, second = (precompile.request_of(compose_config("backend=cuda", f"kernel={kernel}"), [])
+                     for kernel in ("matmul_4", "matmul_3"))
+    with precompile.Precompiler([first]) as batch:
+        batch.submit(second)
+        assert len(pools) == 1 and pools[0].submitted[-1] == (precompile._compile, (second, 90))
+        assert precompile._prestarted is None
+    assert pools[0].stopped
+    precompile.prestart("cuda")  # another sweep in this process: a pool of its own
+    precompile.stop_prestarted()  # which its end stops, no batch having taken it
+    assert len(pools) == 2 and pools[1].stopped and precompile._prestarted is None
+
+
+def test_a_prestarted_process_loads_what_a_compile_needs(cache):
+    precompile._loaded()  # imports, NVRTC's version, the disassemblers: no error without a GPU

@@ -125,6 +125,15 @@ class Backend(ABC):
     def upload(self, host: np.ndarray) -> Any: ...
 
     @abstractmethod
+    def filled(self, count: int, bits: int) -> Any:
+        """A device buffer of `count` 32-bit words, each set to `bits` on the device (a guard's
+        sentinel: nothing made on the host, nothing copied)."""
+
+    @abstractmethod
+    def write(self, buffer: Any, offset: int, host: np.ndarray) -> None:
+        """`host`'s floats copied into `buffer` from float `offset` on."""
+
+    @abstractmethod
     def view(self, buffer: Any, offset: int, count: int) -> Any:
         """`count` floats of `buffer` from float `offset` on, as a buffer a kernel can take
         (offsets are multiples of 64 KiB: runner/run/guards.py)."""

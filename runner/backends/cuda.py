@@ -403,6 +403,15 @@ class CUDABackend(Backend):
     def upload(self, host: np.ndarray):
         return self._cupy.asarray(np.ascontiguousarray(host, dtype=np.float32).ravel())
 
+    def filled(self, count: int, bits: int):
+        buffer = self.alloc(count)
+        fill_words(self._cupy, buffer, bits)
+        return buffer
+
+    def write(self, buffer, offset: int, host: np.ndarray) -> None:
+        host = np.ascontiguousarray(host, dtype=np.float32).ravel()
+        buffer[offset:offset + host.size].set(host)
+
     def view(self, buffer, offset: int, count: int):
         return buffer[offset:offset + count]
 

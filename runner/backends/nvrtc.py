@@ -61,8 +61,9 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
     name of a __global__ function (namespaced, a template instantiation), resolved by NVRTC to
     their names in the cubin (`lowered`), so a mangled name is never written by hand.
     `while_held`: called with the output while the program's compile lock is held, before a
-    new output is written to the compile cache (the compile pool disassembles there, so a job
-    that finds the entry, or waits for the lock, finds the SASS too).
+    new output is written to the compile cache (the compile pool takes its SASS's lock there,
+    so a job that finds the entry and inspects the program waits for that disassembly rather
+    than making its own).
     """
     folder = Path(include_dirs[0]) if include_dirs else None
     check_includes(source, source_name, folder, "cuda")
@@ -86,10 +87,10 @@ def compile_cuda(source: str, source_name: str, defines: Mapping[str, int],
         output = _compile_once(*request)
         while_held(output)
         return output
-    with _compiling(path):
+    with entry_lock(path):
         cached = _cache_read(path)
         output = cached if cached is not None else _nvrtc_compile(*request)
-        while_held(output)  # first: a job that finds the entry then finds the SASS too
+        while_held(output)  # first: a job that finds the entry then waits for what it holds
         if cached is None:
             _cache_write(path, output)
     return output
@@ -173,7 +174,7 @@ def _compile_once(*request) -> NvrtcOutput:
         return cached
     if path is None:
         return _nvrtc_compile(*request)
-    with _compiling(path):
+    with entry_lock(path):
         cached = _cache_read(path)  # made while another process held the lock
         if cached is not None:
             return cached
@@ -182,20 +183,21 @@ def _compile_once(*request) -> NvrtcOutput:
     return output
 
 
-# How long a process waits for another that is compiling the same program (a sweep's compile
-# pool, ahead of the job) before it compiles the program itself.
+# How long a process waits for another that is making the same cache entry (a sweep's compile
+# pool, ahead of the job) before it makes the entry itself.
 COMPILE_LOCK_WAIT_S = 120.0
 _LOCK_POLL_S = 0.02
 
 
 @contextlib.contextmanager
-def _compiling(path: Path):
-    """Held while this process compiles the program cached at `path`: a process that misses
-    the cache while another compiles it waits for that output instead of compiling it a second
-    time (a job that starts while the pool is compiling its program). An advisory lock on a
-    file beside the entry, which the system drops when its holder dies; where it cannot be
-    taken (no fcntl, a folder that cannot be written) or after COMPILE_LOCK_WAIT_S, the
-    process compiles without it."""
+def entry_lock(path: Path):
+    """Held while this process makes the compile cache's entry at `path` (a program, or its
+    SASS: runner/inspect/program.py): a process that misses the entry while another makes it
+    waits for that one instead of making it a second time (a job that starts while the pool is
+    compiling its program). An advisory lock on a file beside the entry, which the system drops
+    when its holder dies, and which two threads of one process wait for each other on too;
+    where it cannot be taken (no fcntl, a folder that cannot be written) or after
+    COMPILE_LOCK_WAIT_S, the process goes on without it."""
     try:
         import fcntl
 

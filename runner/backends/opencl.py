@@ -387,6 +387,15 @@ class OpenCLBackend(Backend):
         cl.enqueue_copy(self.queue, buffer, host).wait()
         return buffer
 
+    def filled(self, count: int, bits: int) -> "cl.Buffer":
+        buffer = self.alloc(count)
+        cl.enqueue_fill_buffer(self.queue, buffer, np.uint32(bits), 0, buffer.size).wait()
+        return buffer
+
+    def write(self, buffer: "cl.Buffer", offset: int, host: np.ndarray) -> None:
+        cl.enqueue_copy(self.queue, buffer, np.ascontiguousarray(host, dtype=np.float32),
+                        dst_offset=offset * 4).wait()
+
     def view(self, buffer: "cl.Buffer", offset: int, count: int) -> "cl.Buffer":
         return buffer.get_sub_region(offset * 4, count * 4)
 

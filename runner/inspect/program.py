@@ -9,6 +9,7 @@ the kernel's work-group queries give, and that is said in the summary.
 runner/run/execute.py) call; it never raises for a missing tool, it says what was missing.
 """
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -80,24 +81,48 @@ def find_tool(name: str, package: Optional[str] = None) -> Optional[str]:
     return shutil.which(name)
 
 
-def disassemble(cubin: bytes) -> tuple[Optional[str], str]:
+def disassemble(cubin: bytes, lock_held: bool = False) -> tuple[Optional[str], str]:
     """(SASS text, how it was made) or (None, what was missing or failed). A disassembly is
     kept in the compile cache on disk (runner/backends/nvrtc.py) by the cubin's hash and the
-    tool's, so a sweep's compile pool makes it beside the compile (runner/sweep/precompile.py)
-    and the job that runs the program reads it."""
+    tool's, made under that entry's lock, so a sweep's compile pool makes it after the compile
+    (runner/sweep/precompile.py) and the job that runs the program waits for it and reads it.
+    `lock_held`: the caller holds that lock already (`sass_lock`)."""
     path = _sass_cache_path(cubin)
-    if path is not None:
-        try:
-            kept = json.loads(path.read_text())
-            return kept["sass"], kept["how"]
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    sass, how = _disassemble(cubin)
-    if path is not None and sass:
-        from runner.backends.nvrtc import cache_write
+    kept = _kept_sass(path)
+    if kept is not None:
+        return kept
+    if path is None:
+        return _disassemble(cubin)
+    from runner.backends.nvrtc import cache_write, entry_lock
 
-        cache_write(path, {"sass": sass, "how": how})
+    with contextlib.nullcontext() if lock_held else entry_lock(path):
+        kept = _kept_sass(path)  # made while another process or thread held the lock
+        if kept is not None:
+            return kept
+        sass, how = _disassemble(cubin)
+        if sass:
+            cache_write(path, {"sass": sass, "how": how})
     return sass, how
+
+
+def sass_lock(cubin: bytes):
+    """The lock `cubin`'s disassembly is made under (a context manager; none without a cache or
+    a disassembler): taken before the program's entry is written, a job that finds the program
+    then waits for its SASS."""
+    from runner.backends.nvrtc import entry_lock
+
+    path = _sass_cache_path(cubin)
+    return entry_lock(path) if path is not None else contextlib.nullcontext()
+
+
+def _kept_sass(path: Optional[Path]) -> Optional[tuple[str, str]]:
+    if path is None:
+        return None
+    try:
+        kept = json.loads(path.read_text())
+        return kept["sass"], kept["how"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _sass_cache_path(cubin: bytes) -> Optional[Path]:

@@ -7,8 +7,9 @@ worker (`("ahead", cfg)`), which does the parts of the job that do not depend on
 through the calls and caches the job itself uses: the inputs drawn (make_problem), their float64
 reference, the buffers uploaded between their guards, and on a GPU the vendor library's
 baseline. The job then finds them ready. A batch's first job is sent to the worker as soon as
-it is composed, with its program to compile (the compile pool takes the others), and at the
-start of a sweep the worker opens the device (`warm_up`) while MLflow is imported.
+it is composed, with its program, which a thread compiles beside those parts (the compile pool
+takes the others), and at the start of a sweep the worker opens the device (`warm_up`) while
+MLflow is imported.
 
 On a GPU the job after next does not wait for its ahead either: its inputs and their float64
 reference, host work alone, are drawn in a thread of the worker while the job before it runs
@@ -118,20 +119,24 @@ def prepare_ahead(cfg, compile_request=None) -> dict[str, float]:
     from runner.run.phases import AHEAD, PhaseClock
 
     clock = PhaseClock()
+    compiled = None
+    if compile_request is not None:
+        clock.enter("compile")
+        try:  # in a thread, beside the parts below
+            from runner.sweep.precompile import compile_ahead
+
+            compiled = compile_ahead(compile_request)
+        except Exception as error:  # its job compiles it and reports what fails
+            log.debug("%s was not compiled ahead: %s", cfg.kernel.get("name"), error)
     clock.enter("draw")
     finish_drawing()  # its inputs, drawn while the job before it ran
     try:
         _prepare(cfg, clock.enter)
     except Exception as error:  # the job does it again and reports what fails
         log.debug("nothing prepared ahead of %s: %s", cfg.kernel.get("name"), error)
-    if compile_request is not None:
+    if compiled is not None:
         clock.enter("compile")
-        try:
-            from runner.sweep.precompile import compile_ahead
-
-            compile_ahead(compile_request)
-        except Exception as error:  # its job compiles it and reports what fails
-            log.debug("%s was not compiled ahead: %s", cfg.kernel.get("name"), error)
+        compiled.wait()  # the program's entry (its SASS follows; the job's inspection waits)
     clock.stop()
     seconds = {f"{AHEAD}/{part}": spent for part, spent in clock.seconds.items()}
     return {AHEAD: sum(clock.seconds.values()), **seconds}
@@ -139,7 +144,8 @@ def prepare_ahead(cfg, compile_request=None) -> dict[str, float]:
 
 # The parts of the work ahead, each recorded as time_s/ahead/<part>: the wait for the inputs
 # drawn in the thread; inputs and reference (where the thread did not draw them); the uploads
-# into guarded buffers; the vendor library's baseline; the first job's program.
+# into guarded buffers; the vendor library's baseline; the first job's program (compiled in a
+# thread from the start: the wait for it after the parts before).
 AHEAD_PARTS = ("draw", "inputs", "upload", "vendor", "compile")
 
 

@@ -43,16 +43,17 @@ class GuardedBuffer:
     pristine: Any = None  # a device copy of an input's buffer, compared on the device
 
 
-def _padded(count: int, guard: int, inner: Optional[np.ndarray]) -> np.ndarray:
-    host = np.empty(guard + count + guard, dtype=np.uint32)
-    host[:guard] = SENTINEL_BITS
-    host[guard + count:] = SENTINEL_BITS
-    if inner is None:
-        host[guard:guard + count] = SENTINEL_BITS
-    else:
-        host[guard:guard + count] = np.ascontiguousarray(inner, dtype=np.float32).ravel().view(
-            np.uint32)
-    return host.view(np.float32)
+def _sentinelled(backend: Backend, count: int, guard: int,
+                 inner: Optional[np.ndarray]) -> Any:
+    """A device allocation of guard + count + guard words: the guards hold the sentinel, and
+    the buffer `inner`'s values, or the sentinel too. Filled on the device and `inner` copied
+    into place, so that no padded copy of it is made on the host."""
+    if inner is not None and not guard:
+        return backend.upload(inner)
+    whole = backend.filled(guard + count + guard, int(SENTINEL_BITS))
+    if inner is not None:
+        backend.write(whole, guard, inner)
+    return whole
 
 
 # Buffers made before their job asked for them (runner/run/ahead.py), each taken once by the
@@ -78,7 +79,7 @@ def guarded_upload(backend: Backend, array: np.ndarray, row_floats: int,
     staged = _staged.pop(_upload_key(backend, array, guard), None)
     if staged is not None:
         return staged
-    whole = backend.upload(_padded(array.size, guard, array))
+    whole = _sentinelled(backend, array.size, guard, array)
     inner = backend.view(whole, guard, array.size) if guard else whole
     pristine = None
     if compared_on_device(backend, array.size, guard):
@@ -100,7 +101,7 @@ def guarded_alloc(backend: Backend, count: int, row_floats: int,
     staged = _staged.pop(_alloc_key(backend, count, guard), None)
     if staged is not None:
         return staged
-    whole = backend.upload(_padded(count, guard, None))
+    whole = _sentinelled(backend, count, guard, None)
     inner = backend.view(whole, guard, count) if guard else whole
     return GuardedBuffer(whole, inner, guard, count)
 

@@ -704,6 +704,9 @@ class SweepRecorder(Callback):
             from runner.job.supervisor import warm
 
             warm(config)  # the device opened beside MLflow's import and the jobs' composing
+            from runner.sweep.precompile import prestart
+
+            prestart(config.backend.name)  # and the compile pool's first processes started
         from mlflow.tracking import MlflowClient
 
         from runner.record.store import ensure_store
@@ -804,6 +807,9 @@ class SweepRecorder(Callback):
     def _end(self, status: str, reason: Optional[str] = None) -> None:
         """Close the parent as `status` (FINISHED, KILLED, FAILED); `reason` says why a sweep
         ended before its jobs did."""
+        precompile = sys.modules.get("runner.sweep.precompile")
+        if precompile is not None:  # a compile pool started with the sweep and never used
+            precompile.stop_prestarted()
         if self._parent_run_id is None:
             return
         from runner.record.store import holding_signals

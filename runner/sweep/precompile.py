@@ -7,20 +7,22 @@ them; an Optuna search: `hydra.sweeper.n_jobs` trials), so gemmlab's launcher
 this pool compiles the programs of the others into the compile cache on disk
 (runner/backends/nvrtc.py): a job then finds its program there, or waits for the pool's compile
 of it to end where that has begun (the cache's lock). The first job's program is compiled by
-its worker, while the sweep's process sets the job up (runner/run/ahead.py): given to the pool
-too, it gained nothing measurable on an H100 (docs/methodology.md). Nothing else changes: the
+a thread of its worker, beside the job's inputs and baseline (runner/run/ahead.py). A CUDA
+sweep starts the pool's first processes as it starts (`prestart`), so that their start, their
+imports and NVRTC's load are done by the time the batch's programs come. Nothing else changes: the
 job still compiles through the same call (a cache miss, a compile that failed in the pool, a
 pool that was not started, all compile in the job as before, under its time limit), so every
 check and every record stays as it was. The pool is stopped when the batch ends.
 """
 
+import contextlib
 import logging
 import os
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 log = logging.getLogger("runner")
 
@@ -73,32 +75,58 @@ def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
         return None
 
 
-def _compile(request: CompileRequest, capability: Optional[int] = None) -> None:
+def _compile(request: CompileRequest, capability: Optional[int] = None,
+             on_compiled: Callable[[], None] = lambda: None) -> None:
     """In a pool process: the job's compile call, whose output lands in the compile cache, and
-    the cubin's disassembly where the run will inspect it (runner/inspect/program.py). With the
-    compute capability given (NVML's, `_nvml_gpus`), the process never starts CUDA."""
+    the cubin's disassembly where the run will inspect it (runner/inspect/program.py): its lock
+    taken before the program's entry is written, so the job starts as soon as the program is
+    there and its inspection waits for this SASS. With the compute capability given (NVML's,
+    `_nvml_gpus`), the process never starts CUDA."""
     from runner.backends.driver_env import disable_compute_cache
     from runner.backends.nvrtc import compile_cuda
 
     disable_compute_cache()  # before the compute capability's CuPy can load NVRTC
-    while_held = None
-    if request.disassemble:
-        from runner.inspect.program import disassemble
+    with contextlib.ExitStack() as held:
+        while_held = None
+        if request.disassemble:
+            from runner.inspect.program import disassemble, sass_lock
 
-        def while_held(output) -> None:  # a job waiting for the program finds its SASS too
-            disassemble(output.cubin)
-    compile_cuda(request.source, request.source_name, dict(request.defines),
-                 capability or _compute_capability(request.device), request.max_registers,
-                 request.include_dirs, name_expressions=request.entries, while_held=while_held)
+            def while_held(output) -> None:
+                held.enter_context(sass_lock(output.cubin))
+
+        output = compile_cuda(request.source, request.source_name, dict(request.defines),
+                              capability or _compute_capability(request.device),
+                              request.max_registers, request.include_dirs,
+                              name_expressions=request.entries, while_held=while_held)
+        on_compiled()
+        if request.disassemble:
+            disassemble(output.cubin, lock_held=True)
 
 
-def compile_ahead(request: CompileRequest) -> None:
-    """A batch's first program, compiled in the job's own worker while the sweep's process
-    sets the job up (runner/run/ahead.py): into the compile cache, where its job finds it."""
+def compile_ahead(request: CompileRequest) -> threading.Event:
+    """A batch's first program, compiled in a thread of the job's own worker while the worker
+    prepares the job's inputs and baseline (runner/run/ahead.py; NVRTC lets go of the GIL), into
+    the compile cache, where its job finds it. The event is set once the program's entry is
+    there, or the compile failed (its job compiles and says why); its SASS follows, under its
+    lock, which the job's inspection waits for."""
     from runner.backends.nvrtc import cache_folder
 
-    if cache_folder() is not None:
-        _compile(request)
+    compiled = threading.Event()
+    if cache_folder() is None:
+        compiled.set()
+        return compiled
+    capability = _compute_capability(request.device)  # this thread has the device open
+
+    def run() -> None:
+        try:
+            _compile(request, capability, on_compiled=compiled.set)
+        except Exception as error:  # its job compiles it and reports what fails
+            log.debug("%s was not compiled ahead: %s", request.source_name, error)
+        finally:
+            compiled.set()
+
+    threading.Thread(target=run, name="compile-ahead", daemon=True).start()
+    return compiled
 
 
 _capabilities: dict = {}
@@ -140,11 +168,74 @@ def _nvml_gpus() -> tuple[int, Optional[int]]:
         return 0, None
 
 
+# Processes started with a CUDA sweep (`prestart`): two, for the programs of the jobs after the
+# first, which come together; the pool starts more as more programs come.
+PRESTARTED = 2
+
+# The pool started with the sweep, and the compute capability NVML gave, until a batch takes it.
+_prestarted: Optional[tuple[ProcessPoolExecutor, Optional[int]]] = None
+
+
+def _new_pool() -> ProcessPoolExecutor:
+    workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) - 2))
+    log.debug("compiling programs ahead of their jobs in up to %d processes", workers)
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+
+
+def _loaded() -> None:
+    """In a process the pool starts ahead: what a compile imports and loads, done now."""
+    from runner.backends.driver_env import disable_compute_cache
+
+    disable_compute_cache()
+    from runner.backends.nvrtc import _compiler_identity
+    from runner.inspect.program import _sass_cache_path
+
+    _compiler_identity()  # NVRTC loaded, its version asked
+    _sass_cache_path(b"")  # the disassemblers found
+
+
+def prestart(backend_name: str) -> None:
+    """At a CUDA sweep's start (runner/sweep/callback.py), while its process imports MLflow: the
+    pool's first processes started and loaded, for its first batch's Precompiler. Nothing
+    without a compile cache or a GPU that NVML sees."""
+    global _prestarted
+    from runner.backends.nvrtc import cache_folder
+
+    if _prestarted is not None or backend_name != "cuda" or cache_folder() is None:
+        return
+    count, capability = _nvml_gpus()
+    if not count:
+        return
+    pool = _new_pool()
+    for _ in range(PRESTARTED):
+        pool.submit(_loaded)
+    _prestarted = pool, capability
+
+
+def stop_prestarted() -> None:
+    """A pool started with the sweep that no batch took (the sweep ended before it launched)."""
+    global _prestarted
+    if _prestarted is not None:
+        pool, _prestarted = _prestarted[0], None
+        _stop(pool)
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    processes = list(getattr(pool, "_processes", {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:  # a compile in flight: its job is over or never comes
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
 class Precompiler:
     """The pool for one batch: `Precompiler(requests)` starts compiling every request but the
     first (its worker compiles that one, at once), each program once; `submit(request)` adds
     a job's request as it comes (gemmlab's launcher composes a GPU batch's later jobs in the
-    background); `close()` stops it. The pool's processes start as the requests come."""
+    background); `close()` stops it. It takes the pool started with the sweep (`prestart`)
+    where there is one; its processes otherwise start as the requests come."""
 
     def __init__(self, requests: Sequence[Optional[CompileRequest]]):
         from runner.backends.nvrtc import cache_folder
@@ -162,21 +253,23 @@ class Precompiler:
     def submit(self, request: Optional[CompileRequest]) -> None:
         """Compile `request` in the pool unless it is the first job's, or already asked for;
         nothing once the pool is closed, or without a GPU to compile for."""
+        global _prestarted
         with self._lock:
             if request is None or request == self._first or request in self._seen \
                     or self._closed:
                 return
             self._seen.add(request)
             if self._pool is None:
+                if _prestarted is not None:
+                    (self._pool, self._capability), _prestarted = _prestarted, None
+                    self._gpus = True
                 if self._gpus is None:
                     count, self._capability = _nvml_gpus()
                     self._gpus = count > 0
                 if not self._gpus:
                     return
-                workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) - 2))
-                self._pool = ProcessPoolExecutor(max_workers=workers,
-                                                 mp_context=get_context("spawn"))
-                log.debug("compiling programs ahead of their jobs in up to %d processes", workers)
+                if self._pool is None:
+                    self._pool = _new_pool()
             self._pool.submit(_compile, request, self._capability)
 
     def close(self) -> None:
@@ -184,15 +277,8 @@ class Precompiler:
         with self._lock:
             self._closed = True
             pool, self._pool = self._pool, None
-        if pool is None:
-            return
-        processes = list(getattr(pool, "_processes", {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:  # a compile in flight: its job is over or never comes
-            if process.is_alive():
-                process.terminate()
-        for process in processes:
-            process.join(timeout=5)
+        if pool is not None:
+            _stop(pool)
 
     def __enter__(self) -> "Precompiler":
         return self
