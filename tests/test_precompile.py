@@ -349,3 +349,21 @@ def test_a_cuda_sweep_starts_the_pool_with_itself_and_its_first_batch_takes_it(c
 
 def test_a_prestarted_process_loads_what_a_compile_needs(cache):
     precompile._loaded()  # imports, NVRTC's version, the disassemblers: no error without a GPU
+
+
+def _interrupt_handler() -> str:
+    import signal
+
+    return str(signal.getsignal(signal.SIGINT))
+
+
+def test_a_pool_process_ignores_ctrl_c(monkeypatch):
+    """The terminal's Ctrl-C reaches the pool's processes too: the sweep's process handles it
+    and stops them; an idle one must not print a traceback meanwhile."""
+    import signal
+
+    pool = precompile._new_pool()
+    try:
+        assert pool.submit(_interrupt_handler).result(timeout=60) == str(signal.SIG_IGN)
+    finally:
+        precompile._stop(pool)

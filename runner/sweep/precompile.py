@@ -18,6 +18,7 @@ check and every record stays as it was. The pool is stopped when the batch ends.
 import contextlib
 import logging
 import os
+import signal
 import threading
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -179,7 +180,14 @@ _prestarted: Optional[tuple[ProcessPoolExecutor, Optional[int]]] = None
 def _new_pool() -> ProcessPoolExecutor:
     workers = min(MAX_WORKERS, max(1, (os.cpu_count() or 2) - 2))
     log.debug("compiling programs ahead of their jobs in up to %d processes", workers)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"))
+    return ProcessPoolExecutor(max_workers=workers, mp_context=get_context("spawn"),
+                               initializer=_deaf_to_ctrl_c)
+
+
+def _deaf_to_ctrl_c() -> None:
+    """A pool process ignores the terminal's Ctrl-C (its whole process group gets it): the
+    sweep's process handles it and stops the pool, and an idle process would print a traceback."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _loaded() -> None:
