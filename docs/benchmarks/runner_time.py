@@ -37,6 +37,8 @@ its own checkout (`cd <it> && PYTHONPATH=$PWD python -m runner -m ...`):
         --out docs/benchmarks/runner_time_h100_pool_nvml.md --note "..."   # the pool and NVML
     python docs/benchmarks/runner_time.py --alternated sqlite:///s51e.db \
         --out docs/benchmarks/runner_time_h100_compile_lock.md --note "..." # the compile lock
+    python docs/benchmarks/runner_time.py --alternated sqlite:///s52c.db \
+        --out docs/benchmarks/runner_time_h100_pool_prestarted.md --note "..."  # pool at start
 (`--note`: what the sitting held apart from the commands, written under the table; each page
 shows its own.)
 
