@@ -9,8 +9,8 @@ this pool compiles the programs of the others into the compile cache on disk
 of it to end where that has begun (the cache's lock). The first job's program is compiled by
 a thread of its worker, beside the job's inputs and baseline (runner/run/ahead.py). A CUDA
 sweep starts the pool's first processes as it starts (`prestart`), so that their start, their
-imports and NVRTC's load are done by the time the batch's programs come. Nothing else changes: the
-job still compiles through the same call (a cache miss, a compile that failed in the pool, a
+imports and NVRTC's load are done by the time the batch's programs come. Nothing else changes:
+the job still compiles through the same call (a cache miss, a compile that failed in the pool, a
 pool that was not started, all compile in the job as before, under its time limit), so every
 check and every record stays as it was. The pool is stopped when the batch ends.
 """
@@ -78,11 +78,12 @@ def request_of(cfg, overrides: Sequence[str]) -> Optional[CompileRequest]:
 
 def _compile(request: CompileRequest, capability: Optional[int] = None,
              on_compiled: Callable[[], None] = lambda: None) -> None:
-    """In a pool process: the job's compile call, whose output lands in the compile cache, and
-    the cubin's disassembly where the run will inspect it (runner/inspect/program.py): its lock
-    taken before the program's entry is written, so the job starts as soon as the program is
-    there and its inspection waits for this SASS. With the compute capability given (NVML's,
-    `_nvml_gpus`), the process never starts CUDA."""
+    """In a pool process (or the worker's thread, `compile_ahead`): the job's compile call,
+    whose output lands in the compile cache (then `on_compiled()`), and the cubin's disassembly
+    where the run will inspect it (runner/inspect/program.py), its lock taken before the
+    program's entry is written, so the job starts as soon as the program is there and its
+    inspection waits for this SASS. With the compute capability given (NVML's, `_nvml_gpus`),
+    the process never starts CUDA."""
     from runner.backends.driver_env import disable_compute_cache
     from runner.backends.nvrtc import compile_cuda
 
