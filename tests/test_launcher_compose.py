@@ -145,8 +145,9 @@ def test_configs_composed_in_the_thread_go_to_the_compile_pool(no_worker):
 
 
 class FakePool:
-    def __init__(self, max_workers, mp_context):
+    def __init__(self, max_workers, mp_context, initializer=None):
         self.max_workers = max_workers
+        self.initializer = initializer  # each process's first call (Ctrl-C ignored)
         self.submitted: list = []
         self.capabilities: list = []
         self.shut = False
