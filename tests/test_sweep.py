@@ -396,6 +396,21 @@ def test_the_sweep_definition_and_its_size_are_read_from_the_config():
     assert expected_jobs(cfg) == 14 * 2  # matmul_1 .. matmul_14, two seeds
 
 
+@pytest.mark.parametrize("task, overrides, starts", [
+    (["kernel=matmul_9,matmul_13", "size=1024"], (), True),
+    (["kernel=matmul_9", "size=1024"], (), False),  # one job: its worker compiles it
+    ([], ("+search=matmul_9",), True),  # 16 trials asked at a time
+    ([], ("+search=matmul_9", "hydra.sweeper.n_jobs=1"), False),  # each batch its first only
+])
+def test_the_compile_pool_starts_with_a_sweep_only_where_a_batch_can_use_it(task, overrides,
+                                                                            starts):
+    from runner.sweep.callback import compiles_ahead
+
+    cfg = compose_config("backend=cuda", *overrides, with_hydra=True)
+    cfg.hydra.overrides.task = task
+    assert compiles_ahead(cfg) is starts
+
+
 @pytest.mark.parametrize("search, grid", [("matmul_9", "matmul_9_grid")])
 def test_the_search_space_matches_its_grid_and_the_allowed_values(search, grid):
     from conftest import kernel_yaml

@@ -181,6 +181,15 @@ def expected_jobs(config: DictConfig) -> Optional[int]:
         return None
 
 
+def compiles_ahead(config: DictConfig) -> bool:
+    """Whether a batch of this sweep can have programs for the compile pool: more than one job
+    (or a count not known in advance), and an Optuna sweeper asking for more than one trial at
+    a time (a batch's first program is compiled by its worker)."""
+    expected = expected_jobs(config)
+    at_a_time = OmegaConf.select(config, "hydra.sweeper.n_jobs")
+    return (expected is None or expected > 1) and (at_a_time is None or int(at_a_time) > 1)
+
+
 @dataclass
 class SweepSummary:
     """The children of one sweep, counted and ranked."""
@@ -704,9 +713,10 @@ class SweepRecorder(Callback):
             from runner.job.supervisor import warm
 
             warm(config)  # the device opened beside MLflow's import and the jobs' composing
-            from runner.sweep.precompile import prestart
+            if compiles_ahead(config):
+                from runner.sweep.precompile import prestart
 
-            prestart(config.backend.name)  # and the compile pool's first processes started
+                prestart(config.backend.name)  # and the compile pool's first processes started
         from mlflow.tracking import MlflowClient
 
         from runner.record.store import ensure_store
