@@ -4,7 +4,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from runner.record import names
-from runner.results.records import Reference, library_name, rate_text
+from runner.results.records import Reference, library_name, noise_text, rate_text
 from runner.run.execute import RunOutcome
 
 console = Console(stderr=False, highlight=False, soft_wrap=True)
@@ -22,11 +22,8 @@ def gpu_note(outcome: RunOutcome) -> str:
     """" · GPU shared: …" where the GPU was not clean during the timed launches (" · host
     shared: …" where the host's CPUs were not, for a CPU device), and " · samples noisy: median
     ±12.5%" where the median is not known to within timing.NOISE_LIMIT; else ""."""
-    from runner.run.timing import NOISE_LIMIT
-
-    note = ""
-    if outcome.stats is not None and NOISE_LIMIT < outcome.stats.noise < float("inf"):
-        note = f" · [bold yellow]samples noisy[/]: median ±{outcome.stats.noise:.1%}"
+    noisy = noise_text(outcome.stats.noise) if outcome.stats is not None else ""
+    note = f" · [bold yellow]{noisy}[/]" if noisy else ""
     host = getattr(outcome, "host", None)
     if host is not None and host.hygiene == "shared":
         return f" · [bold yellow]host shared[/]: {escape(host.why())}" + note
