@@ -28,7 +28,7 @@
 //    g + 8 take the neighbours n and n + 1, so one 8-byte load gives both, and the n pairs of a
 //    half-warp sit in 16-byte chunks c and c + 4 of the 128-byte swizzle row: rows t = 0..3 XOR
 //    them to 8 distinct chunks, every fragment load is conflict-free. B is copied as boxes of
-//    32 k x 32 n (128-byte rows, the swizzle's width). The B values are rounded to TF32 (cvt.rna)
+//    32 k x 32 n (128-byte rows, the swizzle's width). The B values are rounded to TF32 (cvt.rn)
 //    on the way; A's are read by the tensor cores as stored (the top 19 bits).
 //  - Accumulators: lane (g, t) holds C^T[n][8j + 2t], [n][8j + 2t + 1] and the same for n + 1,
 //    so C is stored as float2 pairs (n, n + 1) of rows 8j + 2t and 8j + 2t + 1: each warp store
@@ -243,10 +243,12 @@ __device__ __forceinline__ void hold_register(unsigned& x) {
     asm volatile("" : "+r"(x) :: "memory");
 }
 
-// x rounded to TF32 (nearest, ties away from zero), as the tensor core's operand.
+// x rounded to TF32 (nearest, ties to even), as the tensor core's operand. cvt.rn (sm_90 on) is
+// one instruction (F2FP.TF32.F32.PACK_B); cvt.rna, ties away, is three there (a finiteness test,
+// an add and a mask), a third of the main loop's instructions.
 __device__ __forceinline__ unsigned to_tf32(const float x) {
     unsigned y;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
     return y;
 }
 

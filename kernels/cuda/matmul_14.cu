@@ -15,7 +15,7 @@
 //  - 3xTF32 as matmul_12: x = big + small, big = x rounded to TF32, small = x - big (exact);
 //    three products per term, small ones first: Bl * Ah and Bh * Al, then Bh * Ah (the
 //    Bl * Al term is below FP32's rounding). B's parts are made in registers, where its
-//    fragments are anyway (integer rounding for big, cvt.rna for small).
+//    fragments are anyway (each by cvt.rn).
 //  - A reaches the tensor cores through shared memory, so its parts must be there. Two ways were
 //    weighed: a timed pre-pass writing AH and AL (it reads 4 M K bytes and writes 8 M K, about
 //    6% of the kernel's time at 4096, and the main loop then copies twice A's bytes by TMA), or
@@ -39,7 +39,7 @@
 //    at the odd shapes, so 40 stays.
 //  - A's big parts (A_ROUND = 0): A's tile as TMA wrote it, which the tensor cores read as TF32
 //    by truncation (its top 19 bits), so the small part is x - trunc(x), exact, rounded to TF32
-//    by cvt.rna; the splitters then write only AL. A_ROUND = 1 rounds the big parts as for B
+//    by cvt.rn; the splitters then write only AL. A_ROUND = 1 rounds the big parts as for B
 //    and writes them over A's tile: one more 16 KiB write a stage, the same error (2.38e-7
 //    against 2.38e-7 at 4096) and 2% slower (H100, same call: 4096 116.5 and 118.1 TFLOPS
 //    against 120.7 and 119.5): more work for the splitters, whose latency is on the ring's
@@ -292,18 +292,19 @@ __device__ __forceinline__ void hold_register(unsigned& x) {
     asm volatile("" : "+r"(x) :: "memory");
 }
 
-// x rounded to TF32 (nearest, ties away from zero), as a tensor core operand.
+// x rounded to TF32 (nearest, ties to even), as a tensor core operand: cvt.rn (sm_90 on) is one
+// instruction (F2FP.TF32.F32.PACK_B), where cvt.rna (ties away) is three and matmul_11's integer
+// rounding two.
 __device__ __forceinline__ unsigned to_tf32(const float x) {
     unsigned y;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
     return y;
 }
 
-// x = big + small: big is x rounded to TF32 (11 significant bits, half away from zero) by two
-// integer instructions as in matmul_11; small = x - big is exact, and is rounded to TF32 in
-// turn (the tensor core would truncate it).
+// x = big + small: big is x rounded to TF32 (11 significant bits); small = x - big is exact, and
+// is rounded to TF32 in turn (the tensor core would truncate it).
 __device__ __forceinline__ void split_tf32(const float x, unsigned& big, unsigned& small) {
-    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    big = to_tf32(x);
     small = to_tf32(x - __uint_as_float(big));
 }
 
