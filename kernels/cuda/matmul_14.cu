@@ -373,8 +373,8 @@ __device__ __forceinline__ void wgmma_n128(float* d, const unsigned* a,
 
 // Where a row stride is not a multiple of 16 bytes (TMA's rule): A (M x K) into AP with rows
 // of round_up(K, 4) floats when K % 4 != 0, B (K x N) into BP with rows of round_up(N, 4) when
-// N % 4 != 0; one block per row, A's rows first. The pad columns are left as they are: the
-// tensor maps end at K and N, so TMA never reads them.
+// N % 4 != 0; one block per row, A's rows first, written as float4s (four guarded loads each)
+// with zeros in the pad columns, which TMA never reads: the tensor maps end at K and N.
 extern "C" __global__ void __launch_bounds__(256)
 pad_operands(const int M, const int N, const int K, const float* __restrict__ A,
              const float* __restrict__ B, float* __restrict__ AP, float* __restrict__ BP) {
@@ -393,7 +393,12 @@ pad_operands(const int M, const int N, const int K, const float* __restrict__ A,
         dst = BP + (size_t)row * ((N + 3) & ~3);
         cols = N;
     }
-    for (int c = threadIdx.x; c < cols; c += blockDim.x) dst[c] = src[c];
+    float4* const dst4 = reinterpret_cast<float4*>(dst);  // rows of 16-byte multiples (TMA's rule)
+    for (int q = threadIdx.x; q < (cols + 3) / 4; q += blockDim.x) {
+        const int c = 4 * q;
+        dst4[q] = make_float4(src[c], c + 1 < cols ? src[c + 1] : 0.0f,
+                              c + 2 < cols ? src[c + 2] : 0.0f, c + 3 < cols ? src[c + 3] : 0.0f);
+    }
 }
 
 // Stores C[row][col], C[row][col + 1], skipping what is outside C.
