@@ -15,7 +15,7 @@
 //  - 3xTF32 as matmul_12: x = big + small, big = x rounded to TF32, small = x - big (exact);
 //    three products per term, small ones first: Bl * Ah and Bh * Al, then Bh * Ah (the
 //    Bl * Al term is below FP32's rounding). B's parts are made in registers, where its
-//    fragments are anyway (each by cvt.rn).
+//    fragments are anyway (each by cvt.rn; INFLIGHT = 1 keeps cvt.rna, see to_tf32).
 //  - A reaches the tensor cores through shared memory, so its parts must be there. Two ways were
 //    weighed: a timed pre-pass writing AH and AL (it reads 4 M K bytes and writes 8 M K, about
 //    6% of the kernel's time at 4096, and the main loop then copies twice A's bytes by TMA), or
@@ -297,14 +297,22 @@ __device__ __forceinline__ void hold_register(unsigned& x) {
 // rounding two.
 __device__ __forceinline__ unsigned to_tf32(const float x) {
     unsigned y;
+#if INFLIGHT  // the option's loop as before cvt.rn, with which ptxas spilled 160 bytes there
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+#else
     asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(y) : "f"(x));
+#endif
     return y;
 }
 
 // x = big + small: big is x rounded to TF32 (11 significant bits); small = x - big is exact, and
 // is rounded to TF32 in turn (the tensor core would truncate it).
 __device__ __forceinline__ void split_tf32(const float x, unsigned& big, unsigned& small) {
+#if INFLIGHT
+    big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;  // half away from zero (to_tf32's note)
+#else
     big = to_tf32(x);
+#endif
     small = to_tf32(x - __uint_as_float(big));
 }
 
