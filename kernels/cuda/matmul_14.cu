@@ -123,6 +123,9 @@
 #ifndef FLUSH
 #define FLUSH 1   // stages whose products the tensor cores sum before d is added to acc
 #endif
+#ifndef OVERLAP
+#define OVERLAP 0 // 1: launched as a programmatic dependent of the pad pre-pass, when there is one
+#endif
 #ifndef SMS
 #define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
 #endif              // (the grid is the YAML's): the kernel takes every gridDim.x-th tile
@@ -407,6 +410,11 @@ pad_operands(const int M, const int N, const int K, const float* __restrict__ A,
         dst4[q] = make_float4(src[c], c + 1 < cols ? src[c + 1] : 0.0f,
                               c + 2 < cols ? src[c + 2] : 0.0f, c + 3 < cols ? src[c + 3] : 0.0f);
     }
+#if OVERLAP
+    // The kernel launches once every block of this grid is past this point (as matmul_9's
+    // pre-pass: at the start, the kernel's blocks would take SMs this grid still needs).
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
 }
 
 // Stores C[row][col], C[row][col + 1], skipping what is outside C.
@@ -493,6 +501,11 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                  "barrier.cluster.wait.acquire.aligned;\n" ::: "memory");
 #else
     __syncthreads();
+#endif
+#if OVERLAP
+    // Launched over the pad pre-pass: nothing above reads A or B; wait until the pre-pass has
+    // finished and its AP and BP are visible (a no-op when launched without it).
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 
     if (group == 0) {
