@@ -124,7 +124,7 @@
 #define FLUSH 1   // stages whose products the tensor cores sum before d is added to acc
 #endif
 #ifndef OVERLAP
-#define OVERLAP 0 // 1: launched as a programmatic dependent of the pad pre-pass, when there is one
+#define OVERLAP 1 // 1: launched as a programmatic dependent of the pad pre-pass, when there is one
 #endif
 #ifndef SMS
 #define SMS 132     // blocks of the persistent grid (0: one block per tile); the launch's own
