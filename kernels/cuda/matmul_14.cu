@@ -123,6 +123,9 @@
 #ifndef FLUSH
 #define FLUSH 1   // stages whose products the tensor cores sum before d is added to acc
 #endif
+#ifndef PRESPLIT
+#define PRESPLIT 0 // 1: A's small parts written by the pre-pass (ALP) and copied by TMA, no splitters
+#endif
 #ifndef OVERLAP
 #define OVERLAP 1 // 1: launched as a programmatic dependent of the pad pre-pass, when there is one
 #endif
@@ -159,7 +162,7 @@
 #define A_STAGE_BYTES (BM * ROW_BYTES)          // A's tile (its big parts after the split), and AL
 #define B_STAGE_BYTES (BN * ROW_BYTES)          // BN / 32 boxes
 #define STAGE_BYTES (2 * A_STAGE_BYTES + B_STAGE_BYTES)
-#define COPY_BYTES (A_STAGE_BYTES + B_STAGE_BYTES)  // what TMA delivers a stage
+#define COPY_BYTES ((PRESPLIT ? 2 : 1) * A_STAGE_BYTES + B_STAGE_BYTES)  // what TMA delivers a stage
 #define ALIGN_BYTES 1024                        // the 128-byte swizzle repeats every 8 rows
 // Registers a thread after setmaxnreg (the block's pool is 65536 / THREADS a thread, 168 with
 // two consumer warpgroups): 128 x 40 + 256 x 232 = 64512, or 128 x 88 + 256 x 208 = 64512. With
@@ -388,8 +391,9 @@ __device__ __forceinline__ void wgmma_n128(float* d, const unsigned* a,
 // with zeros in the pad columns, which TMA never reads: the tensor maps end at K and N.
 extern "C" __global__ void __launch_bounds__(256)
 pad_operands(const int M, const int N, const int K, const float* __restrict__ A,
-             const float* __restrict__ B, float* __restrict__ AP, float* __restrict__ BP) {
-    const int a_rows = (K % 4) != 0 ? M : 0;
+             const float* __restrict__ B, float* __restrict__ AP, float* __restrict__ BP,
+             float* __restrict__ ALP) {
+    const int a_rows = (K % 4) != 0 || PRESPLIT ? M : 0;
     int row = blockIdx.x;
     const float* src;
     float* dst;
@@ -398,6 +402,18 @@ pad_operands(const int M, const int N, const int K, const float* __restrict__ A,
         src = A + (size_t)row * K;
         dst = AP + (size_t)row * ((K + 3) & ~3);
         cols = K;
+#if PRESPLIT  // A's small parts (as the splitters make them) into ALP; AP only where K % 4 != 0
+        float4* const al4 = reinterpret_cast<float4*>(ALP + (size_t)row * ((K + 3) & ~3));
+        for (int q = threadIdx.x; q < (K + 3) / 4; q += blockDim.x) {
+            const int c = 4 * q;
+            const float4 v = make_float4(src[c], c + 1 < K ? src[c + 1] : 0.0f,
+                                         c + 2 < K ? src[c + 2] : 0.0f, c + 3 < K ? src[c + 3] : 0.0f);
+            al4[q] = make_float4(remainder_tf32(v.x), remainder_tf32(v.y), remainder_tf32(v.z),
+                                 remainder_tf32(v.w));
+            if (K % 4 != 0) reinterpret_cast<float4*>(dst)[q] = v;
+        }
+        cols = 0;  // done
+#endif
     } else {
         row -= a_rows;
         src = B + (size_t)row * N;
@@ -436,7 +452,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 __cluster_dims__(CLUSTER, 1, 1)
 #endif
 matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorMap a_map,
-          const __grid_constant__ TensorMap b_map, float* __restrict__ C) {
+          const __grid_constant__ TensorMap b_map, const __grid_constant__ TensorMap al_map,
+          float* __restrict__ C) {
     extern __shared__ __align__(1024) unsigned char smem_raw[];  // stages, +1 KiB, barriers
 
     const int group = threadIdx.x / WARPGROUP;  // 0: producer and splitters; 1 ..: consumers
@@ -520,6 +537,10 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                              :: "l"(reinterpret_cast<unsigned long long>(&a_map)) : "memory");
                 asm volatile("prefetch.tensormap [%0];\n"
                              :: "l"(reinterpret_cast<unsigned long long>(&b_map)) : "memory");
+#if PRESPLIT
+                asm volatile("prefetch.tensormap [%0];\n"
+                             :: "l"(reinterpret_cast<unsigned long long>(&al_map)) : "memory");
+#endif
                 for (int unit = first_unit; unit < units; unit += unit_stride) {
                     int block_row, block_col;
                     tile_of(unit, block_row, block_col);
@@ -533,8 +554,16 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                         tma_load_multicast(a_dst + rank * (BM / CLUSTER) * ROW_BYTES, &a_map,
                                            kt * BK, block_row + rank * (BM / CLUSTER), bar,
                                            (unsigned short)((1u << CLUSTER) - 1));
+#if PRESPLIT
+                        tma_load_multicast(a_dst + A_STAGE_BYTES + rank * (BM / CLUSTER) * ROW_BYTES,
+                                           &al_map, kt * BK, block_row + rank * (BM / CLUSTER), bar,
+                                           (unsigned short)((1u << CLUSTER) - 1));
+#endif
 #else
                         tma_load(a_dst, &a_map, kt * BK, block_row, bar);  // BM rows of 32 k
+#if PRESPLIT
+                        tma_load(a_dst + A_STAGE_BYTES, &al_map, kt * BK, block_row, bar);
+#endif
 #endif
 #pragma unroll
                         for (int box = 0; box < BN / 32; box++)           // 32 k rows of 32 n
@@ -547,7 +576,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                     }
                 }
             }
-        } else {  // the splitters: A's tile into its big (in place) and small (AL) parts
+        } else if (!PRESPLIT) {  // the splitters: A's tile into its big (in place) and small (AL) parts
             const int splitter = threadIdx.x - WARP;  // 0 .. SPLITTERS - 1
             for (int unit = first_unit; unit < units; unit += unit_stride) {
                 for (int kt = 0; kt < num_k; kt++) {
@@ -590,6 +619,12 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
     asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" :: "n"(CONSUMER_REGS));
 #endif
     const int consumer = group - 1;
+    // A's tile split: by the splitters (ready[s]); with PRESPLIT its small parts came by TMA.
+    auto await_split = [&](const int st, const unsigned ph) {
+#if !PRESPLIT
+        barrier_wait(ready + 8 * st, ph);
+#endif
+    };
     const int g = lane / 4;
     const int t = lane % 4;
     // This lane's n pair within its warp's 32-n box, as matmul_13: chunk 2p + h + 4q of the
@@ -705,7 +740,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
         // after a wait_group other than 0, so no group may run across the loop's back edge.
         unsigned big[2][STEPS][4], small[2][STEPS][4];
         barrier_wait(full + 8 * stage, phase);   // B's bytes have landed
-        barrier_wait(ready + 8 * stage, phase);  // A's tile is split
+        await_split(stage, phase);  // A's tile is split
         load_fragments(big[0], small[0], stage);
         int stage_a = stage;                     // the stage set 0 holds
         next_stage();
@@ -723,7 +758,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
                 break;
             }
             barrier_wait(full + 8 * stage, phase);
-            barrier_wait(ready + 8 * stage, phase);
+            await_split(stage, phase);
             load_fragments(big[1], small[1], stage);
             const int stage_b = stage;
             next_stage();
@@ -741,7 +776,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
             if (kt < num_k) {  // the next trip's stage a into set 0 (after the adds, which
                                // ptxas would otherwise move past the wait below)
                 barrier_wait(full + 8 * stage, phase);
-                barrier_wait(ready + 8 * stage, phase);
+                await_split(stage, phase);
                 load_fragments(big[0], small[0], stage);
                 stage_a = stage;
                 next_stage();
@@ -755,7 +790,7 @@ matmul_14(const int M, const int N, const int K, const __grid_constant__ TensorM
 #else
         for (int kt = 0; kt < num_k; kt++) {
             barrier_wait(full + 8 * stage, phase);   // B's bytes have landed
-            barrier_wait(ready + 8 * stage, phase);  // A's tile is split
+            await_split(stage, phase);  // A's tile is split
             const unsigned ah_stage = stages + stage * STAGE_BYTES;
             const unsigned al_stage = ah_stage + A_STAGE_BYTES;
             const unsigned char* b_stage = smem + stage * STAGE_BYTES + 2 * A_STAGE_BYTES;
