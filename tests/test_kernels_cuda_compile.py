@@ -117,10 +117,11 @@ def test_matmul_12_wgmma_runs_asynchronously(compile_only_cuda, params):
 
 
 @pytest.mark.parametrize("params", [{}, {"BN": 64}, {"BM": 64}, {"BM": 64, "STAGES": 6},
-                                    {"PRODUCER_REGS": 88}, {"PRODUCER_REGS": 88, "A_ROUND": 1},
-                                    {"PRODUCER_REGS": 88, "BM": 64}, {"CLUSTER": 2},
-                                    {"CLUSTER": 2, "BM": 64, "A_ROUND": 1}],
-                         ids=["defaults", "bn64", "bm64", "bm64-6stages", "producer-88",
+                                    {"PRODUCER_REGS": 88, "PRESPLIT": 0},
+                                    {"PRODUCER_REGS": 88, "A_ROUND": 1, "PRESPLIT": 0},
+                                    {"PRODUCER_REGS": 88, "BM": 64, "PRESPLIT": 0}, {"CLUSTER": 2},
+                                    {"CLUSTER": 2, "BM": 64, "A_ROUND": 1, "PRESPLIT": 0}],
+                         ids=["defaults", "bn64", "bm64", "bm64-6stages", "producer-88-splitters",
                               "producer-88-a-round", "producer-88-bm64", "cluster2",
                               "cluster2-bm64-a-round"])
 def test_matmul_14_wgmma_runs_asynchronously_and_setmaxnreg_holds(compile_only_cuda, params):

@@ -37,6 +37,13 @@
 //    cuBLAS SGEMM); 8192 110.8, 109.9 / 114.0, 115.2. PRODUCER_REGS = 88 (10 loads ahead, the
 //    consumers at 208) measured 123.6 and 123.5 at 4096, 115.4 and 116.3 at 8192, and slower
 //    at the odd shapes, so 40 stays.
+//  - PRESPLIT = 1 (the default): the timed pre-pass writes A's small parts (as the splitters
+//    would, A_ROUND 0) into a scratch matrix ALP, and the producer copies its tile by TMA beside
+//    A's into the stage's AL slot; the splitter warps idle and the consumers wait on full[s]
+//    only. It reads A and writes M K floats more (about 45 us at 4096, less where A is padded
+//    anyway), and takes the split off the ring's path: H100, alternated twice, ms, 1 / 0 -
+//    4097x4095x4093 1.095, 1.097 / 1.158, 1.156; 4096 1.023, 1.014 / 1.034, 1.034; 1000x1030x999
+//    0.0396, 0.0401 / 0.0416, 0.0416.
 //  - A's big parts (A_ROUND = 0): A's tile as TMA wrote it, which the tensor cores read as TF32
 //    by truncation (its top 19 bits), so the small part is x - trunc(x), exact, rounded to TF32
 //    by cvt.rn; the splitters then write only AL. A_ROUND = 1 rounds the big parts as for B
@@ -124,7 +131,7 @@
 #define FLUSH 1   // stages whose products the tensor cores sum before d is added to acc
 #endif
 #ifndef PRESPLIT
-#define PRESPLIT 0 // 1: A's small parts written by the pre-pass (ALP) and copied by TMA, no splitters
+#define PRESPLIT 1 // 1: A's small parts written by the pre-pass (ALP) and copied by TMA, no splitters
 #endif
 #ifndef OVERLAP
 #define OVERLAP 1 // 1: launched as a programmatic dependent of the pad pre-pass, when there is one
