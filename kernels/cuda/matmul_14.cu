@@ -40,8 +40,8 @@
 //  - PRESPLIT = 1 (the default): the timed pre-pass writes A's small parts (as the splitters
 //    would, A_ROUND 0) into a scratch matrix ALP, and the producer copies its tile by TMA beside
 //    A's into the stage's AL slot; the splitter warps idle and the consumers wait on full[s]
-//    only. It reads A and writes M K floats more (about 45 us at 4096, less where A is padded
-//    anyway), and takes the split off the ring's path: H100, alternated twice, ms, 1 / 0 -
+//    only. It reads A and writes M K floats more (at the copy rate about 45 us at 4096; where A
+//    is padded anyway, only the writes), and takes the split off the ring's path: H100, alternated twice, ms, 1 / 0 -
 //    4097x4095x4093 1.095, 1.097 / 1.158, 1.156; 4096 1.023, 1.014 / 1.034, 1.034; 1000x1030x999
 //    0.0396, 0.0401 / 0.0416, 0.0416.
 //  - A's big parts (A_ROUND = 0): A's tile as TMA wrote it, which the tensor cores read as TF32
