@@ -89,11 +89,14 @@ def test_compute_sanitizer_finds_nothing_in_matmul_9_variants(overrides, tool):
 
 @on_gpu_under_the_tool
 @pytest.mark.parametrize("tool", TOOLS)
-def test_compute_sanitizer_finds_nothing_in_matmul_14_clusters(tool):
-    """matmul_14 with CLUSTER=2: each block's producer multicasts half of A's tile into both
-    blocks, whose consumers release a stage to both producers, over 11 stages a tile and an odd
-    number of tiles along n (the pair's second block past N)."""
-    _assert_clean(_sanitize(tool, "matmul_14", overrides=("kernel.params.CLUSTER=2",),
+@pytest.mark.parametrize("presplit", [1, 0], ids=["presplit", "splitters"])
+def test_compute_sanitizer_finds_nothing_in_matmul_14_clusters(tool, presplit):
+    """matmul_14 with CLUSTER=2: each block's producer multicasts half of A's tile (and, with
+    PRESPLIT, of its small parts) into both blocks, whose consumers release a stage to both
+    producers, over 11 stages a tile and an odd number of tiles along n (the pair's second block
+    past N); with PRESPLIT=0 the splitter warps split A's tiles in shared memory instead."""
+    _assert_clean(_sanitize(tool, "matmul_14", overrides=("kernel.params.CLUSTER=2",
+                                                          f"kernel.params.PRESPLIT={presplit}"),
                             size="300x270x333"), tool)
 
 
