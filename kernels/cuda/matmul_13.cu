@@ -67,11 +67,10 @@
 //    covers every tile, some blocks a round later. The size rules take other shapes where
 //    256 x 128 tiles do not fit the problem (the YAML).
 //  - Grouped block order (GROUP) as in matmul_9, for L2 reuse of A and B tiles.
-//  - CLUSTER = 2 (a size rule takes it over about eight waves of tiles): two blocks of a
+//  - CLUSTER = 2 (a size rule takes it from about four waves of tiles): two blocks of a
 //    cluster along n share A's tile, each copying half of it to both with a multicast TMA,
-//    arriving on both blocks' empty barriers; half of A's L2 traffic. No faster before
-//    INFLIGHT (H200, 4096 93.8% of cuBLAS TF32 against 93.7); with it, H100, 8192 about 1%
-//    faster, 4096 alike (the YAML's rule).
+//    arriving on both blocks' empty barriers; half of A's L2 traffic, and less energy a
+//    product (the YAML's rule has the measurements).
 // Shared memory: STAGES x (BM + BN) rows of 128 bytes (192 KiB at 256 x 128 x 4 stages), 1 KiB
 // to align the stages to the swizzle's 1024 bytes, and the mbarriers; one block an SM.
 //
