@@ -23,8 +23,9 @@ inspect:            ## PTX, SASS, registers, instruction mix; e.g. ARGS="backend
 ceiling:            ## the GPU's FFMA and TF32 mma.sync rates (CUDA); e.g. ARGS="--device 1"
 	$(PYTHON) -m runner.ceiling $(ARGS)
 
-test:               ## the CPU test suite (what CI runs); GPU tests skip without a GPU
-	$(PYTHON) -m pytest -q -n auto
+test:               ## the tests as CI runs them: the CPU tests in parallel, then the GPU tests in one process (they skip without a GPU)
+	$(PYTHON) -m pytest -q -n auto -m "not gpu"
+	$(PYTHON) -m pytest -q -m gpu
 
 test-gpu:           ## only the GPU-marked tests; fails at once on a machine without an NVIDIA GPU
 	@$(PYTHON) -c "$$NO_GPU_CHECK"

@@ -133,5 +133,6 @@ def _nvidia_opencl() -> bool:
 
 
 requires_cuda_gpu = pytest.mark.skipif(not _cuda_gpu(), reason="needs an NVIDIA GPU for CuPy")
+without_cuda_gpu = pytest.mark.skipif(_cuda_gpu(), reason="checks what happens without a GPU")
 requires_nvidia_opencl = pytest.mark.skipif(not _nvidia_opencl(),
                                             reason="needs NVIDIA's OpenCL platform")

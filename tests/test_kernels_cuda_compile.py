@@ -24,7 +24,7 @@ pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
 
 @pytest.fixture(scope="module")
 def compile_only_cuda():
-    return CUDABackend(compile_only_cc=90, require_gpu=False)
+    return CUDABackend(compile_only_cc=90, require_gpu=False, use_gpu=False)
 
 
 def _compile(backend, name, params):
