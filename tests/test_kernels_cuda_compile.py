@@ -8,11 +8,13 @@ from conftest import (
     KERNEL_NAMES,
     compose_config,
     kernel_yaml,
+    requires_cuda_gpu,
     variant_params,
 )
 
 from runner.backends.cuda import CUDABackend
 from runner.config.spec import ProblemSize, plan_kernel
+from runner.errors import RunError
 from runner.inspect import command as inspect_cli
 from runner.inspect.program import find_tool
 from runner.inspect.sass import parse_sass
@@ -57,6 +59,20 @@ def _assert_wgmma_async_without_spills(prepared, name) -> None:
     assert "setmaxnreg" not in log.lower(), log
     used = prepared.program.resources[name]
     assert used.registers is not None and used.spill_bytes == 0 and used.stack_bytes == 0, log
+
+
+@pytest.mark.gpu
+@requires_cuda_gpu
+def test_a_compile_only_backend_leaves_the_gpu_alone_where_there_is_one():
+    """What this file checks without a GPU it checks the same way with one: the compile-only
+    backend loads no module and binds no buffer, while the GPU backend on the same machine
+    does (matmul_13's tensor maps over the 1x1x1 inputs would be refused)."""
+    _, prepared = _compile(CUDABackend(compile_only_cc=90, require_gpu=False, use_gpu=False),
+                           "matmul_13", {})
+    assert all(kernel is None for kernel in prepared.program.kernels.values())
+    assert prepared.buffers == {}
+    with pytest.raises(RunError, match="reaches .* floats of A"):
+        _compile(CUDABackend(), "matmul_13", {})
 
 
 @pytest.mark.parametrize("name", KERNEL_NAMES)
