@@ -351,7 +351,7 @@ def compile_only_cuda():
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     from runner.backends.cuda import CUDABackend
 
-    return CUDABackend(compile_only_cc=90, require_gpu=False, use_gpu=False)
+    return CUDABackend(compile_only_cc=90, use_gpu=False)
 
 
 def compile_example(backend, name: str, *overrides: str):

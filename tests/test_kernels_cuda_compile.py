@@ -26,7 +26,7 @@ pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
 
 @pytest.fixture(scope="module")
 def compile_only_cuda():
-    return CUDABackend(compile_only_cc=90, require_gpu=False, use_gpu=False)
+    return CUDABackend(compile_only_cc=90, use_gpu=False)
 
 
 def _compile(backend, name, params):
@@ -67,8 +67,7 @@ def test_a_compile_only_backend_leaves_the_gpu_alone_where_there_is_one():
     """What this file checks without a GPU it checks the same way with one: the compile-only
     backend loads no module and binds no buffer, while the GPU backend on the same machine
     does (matmul_13's tensor maps over the 1x1x1 inputs would be refused)."""
-    _, prepared = _compile(CUDABackend(compile_only_cc=90, require_gpu=False, use_gpu=False),
-                           "matmul_13", {})
+    _, prepared = _compile(CUDABackend(compile_only_cc=90, use_gpu=False), "matmul_13", {})
     assert all(kernel is None for kernel in prepared.program.kernels.values())
     assert prepared.buffers == {}
     with pytest.raises(RunError, match="reaches .* floats of A"):

@@ -46,7 +46,7 @@ def test_the_pool_compiles_what_the_job_asks_for(cache, monkeypatch, overrides):
     from runner.backends.cuda import CUDABackend
     from runner.config.size_rules import apply_size_rules, pinned_params
 
-    backend = CUDABackend(compile_only_cc=90, require_gpu=False, use_gpu=False)
+    backend = CUDABackend(compile_only_cc=90, use_gpu=False)
     apply_size_rules(cfg, pinned_params(list(overrides)))  # as the job's run does
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
     called = []

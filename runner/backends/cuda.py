@@ -295,10 +295,10 @@ class CUDABackend(Backend):
     def __init__(self, device: int = 0, compile_only_cc: int = 90, require_gpu: bool = True,
                  use_gpu: bool = True):
         """use_gpu=False: compile only (NVRTC for compile_only_cc), even where a GPU exists, so
-        that what is checked without a GPU is checked the same way with one."""
+        that what is checked without a GPU is checked the same way with one; it needs none."""
         require_cupy()
         self.has_gpu = use_gpu and gpu_count() > 0
-        if not self.has_gpu and require_gpu:
+        if not self.has_gpu and require_gpu and use_gpu:
             raise RunError("backend=cuda needs an NVIDIA GPU that CuPy can use; none was found "
                            "(backend=opencl runs on the CPU)")
         self.device_id = device
