@@ -44,7 +44,7 @@ from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
 from runner.record.store import sqlite_path
 from runner.record.tracking import Recorder, RecordNotOpened, comparable_params, flush_records
-from runner.sweep.callback import current_parent_run_id, in_sweep, parent_experiment_id
+from runner.sweep.context import current_parent_run_id, in_sweep, parent_experiment_id
 from runner.sweep.gpu_pool import claim_gpu
 from runner.terminal.interrupts import describe, shielded
 from runner.terminal.progress import RelayedBars

@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from runner.record import names
 from runner.record.store import ensure_store
-from runner.sweep.callback import expected_jobs, sweep_definition
+from runner.sweep.definition import expected_jobs, sweep_definition
 
 QUICK = ["backend.device_type=cpu", "timing.repeats=3", "timing.warmup=0"]
 
@@ -404,7 +404,7 @@ def test_the_sweep_definition_and_its_size_are_read_from_the_config():
 ])
 def test_the_compile_pool_starts_with_a_sweep_only_where_a_batch_can_use_it(task, overrides,
                                                                             starts):
-    from runner.sweep.callback import compiles_ahead
+    from runner.sweep.definition import compiles_ahead
 
     cfg = compose_config("backend=cuda", *overrides, with_hydra=True)
     cfg.hydra.overrides.task = task
@@ -469,7 +469,8 @@ def _points(line) -> dict:
 
 
 def test_the_series_are_the_best_rate_per_kernel_under_one_key_with_the_size_as_step():
-    from runner.sweep.callback import SweepSummary, description, sweep_series
+    from runner.sweep.series import sweep_series
+    from runner.sweep.summary import SweepSummary, description
 
     jobs = [_job("matmul_1", 64, 64, 64, 1.0), _job("matmul_1", 64, 64, 64, 3.0),
             _job("matmul_1", 128, 128, 128, 2.0), _job("matmul_2", 64, 64, 64, 5.0),
@@ -489,7 +490,8 @@ def test_the_series_are_the_best_rate_per_kernel_under_one_key_with_the_size_as_
 
 
 def test_odd_shapes_and_each_backend_get_series_of_their_own_and_the_vendor_a_line():
-    from runner.sweep.callback import SweepSummary, series_description, sweep_series
+    from runner.sweep.series import series_description, sweep_series
+    from runner.sweep.summary import SweepSummary
 
     vendor = {"tags": {"vendor.name": "numpy SGEMM (host BLAS)"}}
     jobs = [_job("matmul_2", 64, 64, 64, 1.0, metrics={"vendor/gflops": 4.0,
@@ -519,7 +521,7 @@ def test_the_description_leads_with_size_by_kernel_the_winner_and_the_right_refe
     """The H100 case: a TF32 step against cuBLAS TF32 (not 770% of cuBLAS SGEMM), a 3xTF32
     step against cuBLAS SGEMM, from records made before perf.reference existed; the fastest at
     each size starred; a job whose GPU was held back listed with its clock."""
-    from runner.sweep.callback import SweepSummary, description
+    from runner.sweep.summary import SweepSummary, description
 
     old = {"vendor.name": "cuBLAS SGEMM (CuPy, TF32 off)",
            "vendor_tf32.name": "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)",
@@ -548,7 +550,7 @@ def test_the_description_leads_with_size_by_kernel_the_winner_and_the_right_refe
 def test_a_job_whose_samples_are_noisy_is_marked_where_its_rate_is_shown():
     """Samples from 62 µs to 5 ms (a profiler holding the host back) gave a median that looked
     like any other rate: its noise is said beside the † list, as a baseline's would be."""
-    from runner.sweep.callback import SweepSummary, description
+    from runner.sweep.summary import SweepSummary, description
 
     clean = {"gpu.hygiene": "clean", "gpu.clock_reasons": "none"}
     jobs = [_job("matmul_9", 1000, 1030, 999, 12_300.0, "cuda", tags=clean,
@@ -735,7 +737,7 @@ def test_the_summary_keeps_brackets_in_reasons(capsys):
     """rich markup ate `[cuda]` from the install hint of a failure reason."""
     from types import SimpleNamespace
 
-    from runner.sweep.callback import SweepSummary, print_sweep_summary
+    from runner.sweep.summary import SweepSummary, print_sweep_summary
 
     reason = "backend=cuda needs CuPy, which is not installed: pip install 'gemmlab[cuda]'"
     failed = SimpleNamespace(

@@ -10,8 +10,8 @@ Debian's chromium, aiohttp (installed with MLflow) and Pillow. Starts `python -m
 and Chromium, and stops both by their own process ids.
 
 `--backfill` is for a store recorded before a sweep had series runs (a COPY of it: this writes
-into the store): it runs the sweep's end-of-sweep code from runner/sweep/callback.py on the
-recorded jobs, the series runs under the parent and the parent's description, as a sweep
+into the store): it runs the sweep's end-of-sweep code (runner/sweep/summary.py, series.py) on
+the recorded jobs, the series runs under the parent and the parent's description, as a sweep
 recorded now ends with; the jobs themselves are left as they were recorded.
 """
 import argparse
@@ -46,7 +46,7 @@ def backfill(uri: str, sweep: str) -> None:
     """The series runs and the description a sweep recorded now would have (see above)."""
     from runner.record import names
     from runner.results import runs as recorded
-    from runner.sweep import callback
+    from runner.sweep import series, summary as summaries
 
     client = recorded.client(uri)
     parent = recorded.find_sweep(client, sweep, recorded.experiment_ids(client, None))
@@ -55,21 +55,21 @@ def backfill(uri: str, sweep: str) -> None:
                                   max_results=50000)
     if any(run.data.tags.get(names.SERIES) == "true" for run in children):
         return  # already has its lines
-    summary = callback.SweepSummary.of(callback.sweep_children(client, experiment, pid))
+    summary = summaries.SweepSummary.of(summaries.sweep_children(client, experiment, pid))
     devices = sorted({r.data.tags[names.DEVICE_NAME] for r in summary.runs
                       if names.DEVICE_NAME in r.data.tags})
-    client.set_tag(pid, names.NOTE, callback.description(parent.info.run_name, summary,
-                                                         None, devices))
+    client.set_tag(pid, names.NOTE, summaries.description(parent.info.run_name, summary,
+                                                          None, devices))
     now = int(time.time() * 1000)
-    for line in callback.sweep_series(summary):
+    for line in series.sweep_series(summary):
         tags = {names.PARENT_RUN_ID: pid, names.SERIES: "true", names.SERIES_OF: line.of,
                 names.STATUS: names.SERIES_STATUS,
-                names.NOTE: callback.series_description(line, parent.info.run_name),
+                names.NOTE: series.series_description(line, parent.info.run_name),
                 **line.tags}
         run = client.create_run(experiment, run_name=line.name, tags=tags)
         client.log_batch(run.info.run_id, metrics=line.metrics(now))
         client.set_terminated(run.info.run_id, "FINISHED")
-    print(f"backfilled {parent.info.run_name}: {len(callback.sweep_series(summary))} series")
+    print(f"backfilled {parent.info.run_name}: {len(series.sweep_series(summary))} series")
 
 
 def start_ui(uri: str, sweep: str, port: int):

@@ -54,7 +54,7 @@ def status(run) -> str:
 
 
 def is_series(run) -> bool:
-    """A sweep's series run (a line of its chart, runner/sweep/callback.py), never a job."""
+    """A sweep's series run (a line of its chart, runner/sweep/series.py), never a job."""
     return run.data.tags.get(names.SERIES) == "true"
 
 

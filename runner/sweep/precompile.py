@@ -9,7 +9,7 @@ this pool compiles the programs of the others into the compile cache on disk
 of it to end where that has begun (the cache's lock). The first job's program is compiled by
 a thread of its worker, beside the job's inputs and baseline (runner/run/ahead.py). A CUDA
 sweep whose batches can use them starts the pool's first processes as it starts (`prestart`;
-runner/sweep/callback.py, compiles_ahead), so that their start, their imports and NVRTC's load
+runner/sweep/definition.py, compiles_ahead), so that their start, their imports and NVRTC's load
 are done by the time the batch's programs come. Nothing else changes:
 the job still compiles through the same call (a cache miss, a compile that failed in the pool, a
 pool that was not started, all compile in the job as before, under its time limit), so every
