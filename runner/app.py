@@ -20,6 +20,7 @@ from typing import Optional
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra_plugins.gemmlab_launcher import register as register_launchers
 from omegaconf import DictConfig, OmegaConf
 
 from runner.config.paths import CONF_DIR, source_file_name
@@ -59,6 +60,7 @@ from runner.terminal.summary import (
 log = logging.getLogger("runner")
 
 register_configs()
+register_launchers()  # gemmlab's Hydra launchers (hydra_plugins/gemmlab_launcher)
 refuse_missing_searchpath()  # Hydra warns while it composes, after this module is imported
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hydra import compose, initialize_config_dir
+from hydra_plugins.gemmlab_launcher import register as register_launchers
 
 from runner.backends import driver_env
 from runner.config.paths import CONF_DIR
@@ -18,6 +19,7 @@ from runner.config.schema import register_configs
 # OpenCL backend does (the ICD loader reads its vendors once per process).
 driver_env.prepare()
 register_configs()
+register_launchers()
 # NVRTC's outputs cached on disk (runner/backends/nvrtc.py): the tests' own, never the user's,
 # so a test's compile is a compile; CLI runs the tests start inherit it.
 os.environ.setdefault("GEMMLAB_COMPILE_CACHE", tempfile.mkdtemp(prefix="gemmlab-test-nvrtc-"))

@@ -266,14 +266,3 @@ def register_configs() -> None:
     store.store(name="cuda_schema", node=CUDAConfig)
     store.store(group="hydra/sweeper/sampler", name="valid_space", node=ValidSpaceSamplerConfig,
                 provider="gemmlab")
-    register_launcher()
-
-
-def register_launcher() -> None:
-    """gemmlab's launcher (hydra_plugins/gemmlab_launcher): Hydra scans `hydra_plugins` for
-    plugins, but not through an editable install's import hook, so it is registered here too
-    (Hydra's own `Plugins.register`); importing it stores its config, `hydra/launcher: gemmlab`."""
-    from hydra.core.plugins import Plugins
-    from hydra_plugins.gemmlab_launcher.gemmlab_launcher import GemmlabLauncher
-
-    Plugins.instance().register(GemmlabLauncher)

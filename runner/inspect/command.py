@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from hydra.errors import HydraException
+from hydra_plugins.gemmlab_launcher import register as register_launchers
 from omegaconf import OmegaConf
 from rich.console import Console
 from rich.markup import escape
@@ -38,6 +39,7 @@ def compose(overrides: list[str]):
     from runner.config.size_rules import apply_size_rules, pinned_params
 
     register_configs()
+    register_launchers()  # conf/config.yaml names hydra/launcher: gemmlab
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=list(overrides))
     return cfg, apply_size_rules(cfg, pinned_params(overrides))

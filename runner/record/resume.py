@@ -15,13 +15,12 @@ from typing import Optional
 from runner import __version__
 from runner.backends.base import Backend
 from runner.backends.includes import local_includes
+from runner.config.measurement import Repetitions, Warmup, check_tolerance
 from runner.config.paths import kernel_source_path, kernel_source_text
 from runner.config.spec import KernelPlan
 from runner.errors import Refused, RunError
 from runner.record import names
 from runner.record.store import holding_signals
-from runner.run.operations import check_tolerance
-from runner.run.timing import Repetitions, Warmup
 
 KEY_TAG = names.MEASUREMENT_KEY
 REUSED_TAG = names.REUSED_FROM

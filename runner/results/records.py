@@ -9,6 +9,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Optional
 
+from runner.config.measurement import NOISE_LIMIT
 from runner.record import names
 
 
@@ -140,17 +141,15 @@ def hygiene(run, reasons: bool = False) -> str:
 
 def noisy(run) -> str:
     """`samples noisy: median ±12.5%` where the run's median is not known to within
-    timing.NOISE_LIMIT (the limit a vendor baseline is held to), else "": a rate that a host
+    NOISE_LIMIT (the limit a vendor baseline is held to), else "": a rate that a host
     holding launches back can make look like a steady figure (37% of cuBLAS SGEMM, its samples
     from 62 µs to 5 ms, under a profiler)."""
     return noise_text(run.data.metrics.get(names.TIME_NOISE))
 
 
 def noise_text(noise: Optional[float]) -> str:
-    """`samples noisy: median ±12.5%` for a median's noise past timing.NOISE_LIMIT, else ""
+    """`samples noisy: median ±12.5%` for a median's noise past NOISE_LIMIT, else ""
     (none measured, or a single sample's infinite one)."""
-    from runner.run.timing import NOISE_LIMIT
-
     if noise is None or not NOISE_LIMIT < noise < float("inf"):
         return ""
     return f"samples noisy: median ±{noise:.1%}"

@@ -123,6 +123,7 @@ def prepare_ahead(cfg, compile_request=None) -> dict[str, float]:
     if compile_request is not None:
         clock.enter("compile")
         try:  # in a thread, beside the parts below
+            # why up a floor: the sweep's compile pool's own compile, in this worker's thread
             from runner.sweep.precompile import compile_ahead
 
             compiled = compile_ahead(compile_request)

@@ -15,6 +15,7 @@ import numpy as np
 from omegaconf import OmegaConf
 
 from runner.backends.base import POISON, POISON_BITS
+from runner.config.measurement import check_tolerance
 from runner.config.schema import Operation
 from runner.config.spec import ProblemSize
 from runner.run.timing import outside_timed_windows
@@ -225,13 +226,6 @@ def make_problem(operation: Operation, size: ProblemSize, seed: int,
         problem = draw_problem(operation, size, seed, bool(initial_output))
         _problems.put(key, problem)
     return problem
-
-
-def check_tolerance(cfg) -> float:
-    """The tolerance a run is checked with: the step's own (`kernel.tolerance`, for a reduced
-    precision step such as TF32) or else `check.tolerance`, the FP32 steps' default."""
-    own = cfg.kernel.get("tolerance")
-    return float(cfg.check.tolerance if own is None else own)
 
 
 def effective_check(cfg):

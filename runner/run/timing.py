@@ -16,12 +16,13 @@ a rank each and no further (as they move the median), and it is deterministic an
 sort: cheap enough to check while sampling, unlike a bootstrap of thousands of resamples.
 MAD/sqrt(n) needs a factor that holds only for normal samples.
 
-Warm-up (`Warmup`): at least `timing.warmup` untimed launches, for at least `timing.warmup_min_s`
-seconds, and until the rate is steady: the median of the last STEADY_WINDOW warm-up samples
-within STEADY_TOLERANCE of the median of the STEADY_WINDOW before them; or until
-`timing.warmup_max_s`, steady or not. A count alone was not enough: on a freshly started H100 the
-first sweep's cuBLAS at 1024 ran at half its rate for a whole run of 5 + 20 launches (the clocks
-had not come up), and that baseline was reused by four jobs.
+Warm-up (`Warmup`, read from the config in runner/config/measurement.py): at least
+`timing.warmup` untimed launches, for at least `timing.warmup_min_s` seconds, and until the rate
+is steady: the median of the last STEADY_WINDOW warm-up samples within STEADY_TOLERANCE of the
+median of the STEADY_WINDOW before them; or until `timing.warmup_max_s`, steady or not. A count
+alone was not enough: on a freshly started H100 the first sweep's cuBLAS at 1024 ran at half its
+rate for a whole run of 5 + 20 launches (the clocks had not come up), and that baseline was
+reused by four jobs.
 """
 
 import math
@@ -33,6 +34,7 @@ from typing import Callable, Optional, Union
 
 import numpy as np
 
+from runner.config.measurement import Repetitions, Warmup
 from runner.terminal import progress as progress_bars
 
 # The runner's own background host work (the coming jobs' inputs drawn in a thread of the
@@ -68,12 +70,6 @@ def outside_timed_windows() -> None:
     _quiet.wait()
 
 
-# A median not known to within this fraction (the half-width of its 95% interval, median_noise)
-# is noisy: a baseline is measured again and never used so (runner/run/vendor.py), a kernel's
-# record says so wherever its rate is shown (runner/results/records.py, hygiene). 3%: the
-# agreement asked of a first and a second sweep on a fresh GPU host.
-NOISE_LIMIT = 0.03
-
 # The fewest samples the adaptive mode takes: the first count whose 95% interval of the median
 # is narrower than the samples' whole range ([x(2), x(9)] of 10, 97.9% coverage).
 MIN_SAMPLES = 10
@@ -105,13 +101,6 @@ def median_noise(samples_ms) -> float:
     return float(values[high - 1] - values[low - 1]) / (2 * median)
 
 
-def _getter(timing_cfg):
-    """`get(key, default)` over a `timing` config, or over any object with those attributes."""
-    if hasattr(timing_cfg, "get"):
-        return timing_cfg.get
-    return lambda key, default=None: getattr(timing_cfg, key, default)
-
-
 @dataclass(frozen=True)
 class TimeStats:
     median: float
@@ -129,54 +118,6 @@ class TimeStats:
         q1, median, q3 = np.percentile(values, [25, 50, 75])
         return cls(float(median), float(values.mean()), float(values.min()), float(values.max()),
                    float(q1), float(q3), len(values), median_noise(values))
-
-
-@dataclass(frozen=True)
-class Repetitions:
-    """How many timed samples to take: `repeats` of them, or with `target_noise` (a fraction,
-    None: off) until the median is that stable, between `min_time_s` and `max_time_s` of
-    sampling (host wall-clock seconds from the first timed sample, flushes and launch
-    overheads included: the time the run spends)."""
-    repeats: int
-    target_noise: Optional[float] = None
-    min_time_s: float = 0.0
-    max_time_s: float = 10.0
-
-    @classmethod
-    def of(cls, timing_cfg) -> "Repetitions":
-        """The settings of a `timing` config (fixed when it has no target_noise)."""
-        get = _getter(timing_cfg)
-        return cls(int(timing_cfg.repeats), get("target_noise", None),
-                   float(get("min_time_s", 0.0)), float(get("max_time_s", 10.0)))
-
-    @property
-    def adaptive(self) -> bool:
-        return self.target_noise is not None
-
-    def key(self) -> tuple:
-        """What identifies these settings in a cache or a measurement key."""
-        if not self.adaptive:
-            return (self.repeats,)
-        return (self.repeats, self.target_noise, self.min_time_s, self.max_time_s)
-
-
-@dataclass(frozen=True)
-class Warmup:
-    """How long to warm up before timing (see the module's doc): at least `launches` untimed
-    launches over at least `min_s` seconds, then until the rate is steady or `max_s` has passed.
-    Warmup(n) is n launches and nothing more; Warmup(0, …) none at all."""
-    launches: int
-    min_s: float = 0.0
-    max_s: float = 0.0
-
-    @classmethod
-    def of(cls, timing_cfg) -> "Warmup":
-        get = _getter(timing_cfg)
-        return cls(int(timing_cfg.warmup), float(get("warmup_min_s", 0.0)),
-                   float(get("warmup_max_s", 0.0)))
-
-    def key(self) -> tuple:
-        return (self.launches, self.min_s, self.max_s)
 
 
 def steady(samples_ms: list[float]) -> bool:

@@ -16,18 +16,12 @@ from typing import Callable, Optional
 import numpy as np
 
 from runner.backends.base import Backend
+from runner.config.measurement import NOISE_LIMIT, Repetitions, Warmup
 from runner.config.schema import Operation
 from runner.config.spec import KernelPlan
 from runner.run.gpu_state import EnergySpan
 from runner.run.operations import Problem, check_sgemm
-from runner.run.timing import (
-    NOISE_LIMIT,
-    Repetitions,
-    Warmup,
-    measure,
-    median_noise,
-    timed_window,
-)
+from runner.run.timing import measure, median_noise, timed_window
 
 
 @dataclass(frozen=True)
@@ -158,9 +152,9 @@ def blas_threads() -> int:
     return max(1, min(cores, cores - int(round(max(0.0, busy)))))
 
 
-# A baseline whose median is not known to within NOISE_LIMIT (timing.py) is measured again
-# until it is, for up to NOISY_RETRY_S; if it still is not, no % of the vendor is recorded
-# against it and it is never reused.
+# A baseline whose median is not known to within NOISE_LIMIT (runner/config/measurement.py) is
+# measured again until it is, for up to NOISY_RETRY_S; if it still is not, no % of the vendor is
+# recorded against it and it is never reused.
 NOISY_RETRY_S = 2.0
 
 

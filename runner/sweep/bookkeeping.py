@@ -2,17 +2,12 @@
 own work, and the seconds its jobs spent in each stage (runner/run/phases.py), as the parent's
 `gemmlab.sweep.*` tags, its phases.md table and the line printed at the sweep's end."""
 
-from typing import TYPE_CHECKING
-
 from runner.record import names
 from runner.results.records import status as _status
-from runner.sweep.summary import STATUSES
-
-if TYPE_CHECKING:
-    from runner.sweep.summary import SweepSummary
+from runner.sweep.summary import STATUSES, SweepSummary
 
 
-def bookkeeping_of(summary: "SweepSummary", wall_s: float) -> dict:
+def bookkeeping_of(summary: SweepSummary, wall_s: float) -> dict:
     """Jobs by status, wall time and the cost per job beyond the kernels' own work: the
     parent's `gemmlab.sweep.*` tags, never metrics (they would crowd the rates in the charts)."""
     counts = {"jobs": summary.finished, **{status: summary.counts[status] for status in STATUSES}}

@@ -7,7 +7,6 @@ line."""
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from runner.record import names
 from runner.results.records import rate as _rate
@@ -15,9 +14,6 @@ from runner.results.records import reference as _reference
 from runner.results.records import size_label as _size
 from runner.results.records import status as _status
 from runner.results.records import unit as _unit
-
-if TYPE_CHECKING:
-    from runner.sweep.summary import SweepSummary
 
 
 def _square(run) -> bool:
@@ -62,9 +58,10 @@ class Series:
                 for (key, step), value in sorted(self.points.items())]
 
 
-def sweep_series(summary: "SweepSummary") -> list[Series]:
+def sweep_series(summary) -> list[Series]:
     """The best rate per kernel (and backend) and size, and the reference libraries' rates
-    (their median over the jobs that measured them, noisy baselines left out), as series."""
+    (their median over the jobs that measured them, noisy baselines left out), as series, from
+    a SweepSummary (runner/sweep/summary.py, which imports this module: not the other way)."""
     kernels: dict = {}
     for (kernel, _, backend, _), run in summary.best.items():
         rate = _rate(run)
@@ -118,8 +115,7 @@ def series_description(line: Series, sweep: str) -> str:
     return "  \n".join(text) + "\n"
 
 
-def log_series(client, experiment_id: str, parent: str, summary: "SweepSummary",
-               sweep: str) -> None:
+def log_series(client, experiment_id: str, parent: str, summary, sweep: str) -> None:
     """The series runs under the parent: a line per kernel (and backend) and per reference
     library, the rate against size under one key each, for MLflow's one chart."""
     now = int(time.time() * 1000)

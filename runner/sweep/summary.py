@@ -162,7 +162,7 @@ def _pct_of_reference(run) -> Optional[float]:
     return None if found is None else found.pct
 
 
-def size_by_kernel(summary: "SweepSummary") -> list[str]:
+def size_by_kernel(summary: SweepSummary) -> list[str]:
     """The best rate per size (rows) and kernel (columns; with the backend where several
     were swept), each with its % of the vendor library of the step's own precision; the fastest
     at each size in bold with ★; a † where that job was not clean while timed (its GPU or host,
@@ -222,7 +222,7 @@ def size_by_kernel(summary: "SweepSummary") -> list[str]:
     return lines + [""]
 
 
-def unclean_jobs(summary: "SweepSummary", limit: int = 20) -> list[str]:
+def unclean_jobs(summary: SweepSummary, limit: int = 20) -> list[str]:
     """Each measured job not clean while timed (its GPU or host, or its samples' noise): what,
     and its clock."""
     unclean = [run for run in summary.runs if _status(run) in ("ok", "cached") and _hygiene(run)]
@@ -243,7 +243,7 @@ def unclean_jobs(summary: "SweepSummary", limit: int = 20) -> list[str]:
     return lines + [""]
 
 
-def description(name: str, summary: "SweepSummary", expected: Optional[int],
+def description(name: str, summary: SweepSummary, expected: Optional[int],
                 devices: list[str], series: bool = True) -> str:
     """The parent's description, the first thing its page shows: the size × kernel table of
     the best rate and its headline %, the jobs not timed clean, then what the sweep was, where

@@ -21,7 +21,7 @@ def _number(value, fmt: str, missing: str = "—") -> str:
 def gpu_note(outcome: RunOutcome) -> str:
     """" · GPU shared: …" where the GPU was not clean during the timed launches (" · host
     shared: …" where the host's CPUs were not, for a CPU device), and " · samples noisy: median
-    ±12.5%" where the median is not known to within timing.NOISE_LIMIT; else ""."""
+    ±12.5%" where the median is not known to within NOISE_LIMIT; else ""."""
     noisy = noise_text(outcome.stats.noise) if outcome.stats is not None else ""
     note = f" · [bold yellow]{noisy}[/]" if noisy else ""
     host = getattr(outcome, "host", None)
