@@ -1,0 +1,155 @@
+"""The house's shape (docs/architecture.md): no import circle among the project's modules, counting
+imports inside functions. Read from the source with `ast`, so nothing is imported and a circle
+that Python would forgive (a lazy import inside a function) is still found."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("runner", "hydra_plugins")
+
+
+def project_modules(root: Path = ROOT) -> dict[str, Path]:
+    """Every module of runner/ and hydra_plugins/ by its dotted name (a package by its folder's)."""
+    modules = {}
+    for top in PACKAGES:
+        for path in sorted((root / top).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _named(module: str, path: Path, node: ast.AST) -> list[str]:
+    """The dotted names an import statement may refer to: a module, or a name inside one."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    if node.level:  # relative: from the module's own package, up `level - 1` packages
+        package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+        package = package[:len(package) - node.level + 1]
+        base = ".".join(package + ([node.module] if node.module else []))
+    else:
+        base = node.module or ""
+    return [base] + [f"{base}.{alias.name}" for alias in node.names]
+
+
+def import_graph(modules: dict[str, Path]) -> dict[str, dict[str, int]]:
+    """module -> {project module it imports: the line of the first such import}, every import
+    statement counted wherever it stands (module level, a function, `if TYPE_CHECKING:`). A name
+    imported from a module counts as that module, or as the submodule it names."""
+    graph: dict[str, dict[str, int]] = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            for name in _named(module, path, node):
+                while name and name not in modules:
+                    name = name.rpartition(".")[0]
+                # A package's own modules importing it (its __init__) are not a circle.
+                if name and name != module and not module.startswith(name + "."):
+                    edges.setdefault(name, node.lineno)
+    return graph
+
+
+def circles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, targets = work[-1]
+            target = next(targets, None)
+            if target is not None:
+                if target not in index:
+                    index[target] = low[target] = len(index)
+                    stack.append(target)
+                    on_stack.add(target)
+                    work.append((target, iter(sorted(graph.get(target, {})))))
+                elif target in on_stack:
+                    low[node] = min(low[node], index[target])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def shortest_loop(circle: list[str], graph: dict[str, dict[str, int]]) -> list[str]:
+    """The fewest imports that lead from the circle's first module back to it (breadth first)."""
+    members, first = set(circle), circle[0]
+    came_from: dict[str, str] = {}
+    frontier = [first]
+    while frontier:
+        following = []
+        for module in frontier:
+            for target in sorted(graph[module]):
+                if target not in members or target in came_from:
+                    continue
+                came_from[target] = module
+                if target == first:
+                    loop = [first]
+                    while loop[-1] != first or len(loop) == 1:
+                        loop.append(came_from[loop[-1]])
+                    return loop[::-1]
+                following.append(target)
+        frontier = following
+    return circle
+
+
+def describe(circle: list[str], graph: dict[str, dict[str, int]],
+             modules: dict[str, Path]) -> str:
+    """A circle: its modules, then one loop through it as the imports that make it."""
+    loop = shortest_loop(circle, graph)
+    lines = [f"import circle of {len(circle)}: {', '.join(circle)}", "  for one:"]
+    for module, target in zip(loop, loop[1:]):
+        lines.append(f"  {modules[module].relative_to(ROOT)}:{graph[module][target]} imports "
+                     f"{target}")
+    return "\n".join(lines)
+
+
+def test_no_import_circle():
+    """Imports go one way, from the entry points down (docs/architecture.md): a module that
+    imports, even inside a function, one that imports it back is a circle."""
+    modules = project_modules()
+    graph = import_graph(modules)
+    found = circles(graph)
+    assert not found, "\n".join(describe(circle, graph, modules) for circle in found)
+
+
+def test_the_circle_finder_finds_a_circle_through_a_function_level_import(tmp_path):
+    """The check itself: a lazy import that closes a circle, and a relative one, are found."""
+    (tmp_path / "runner" / "low").mkdir(parents=True)
+    (tmp_path / "hydra_plugins").mkdir()
+    (tmp_path / "runner" / "__init__.py").write_text("")
+    (tmp_path / "runner" / "low" / "__init__.py").write_text("")
+    (tmp_path / "runner" / "top.py").write_text("from runner.low import base\n")
+    (tmp_path / "runner" / "low" / "base.py").write_text(
+        "def later():\n    from . import helper\n")
+    (tmp_path / "runner" / "low" / "helper.py").write_text(
+        "def later():\n    import runner.top\n")
+    modules = project_modules(tmp_path)
+    assert circles(import_graph(modules)) == [
+        ["runner.low.base", "runner.low.helper", "runner.top"]]
+    (tmp_path / "runner" / "low" / "helper.py").write_text("import runner.low\n")
+    assert circles(import_graph(project_modules(tmp_path))) == []
