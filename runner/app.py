@@ -43,6 +43,7 @@ from runner.job.sanitizers import sanitizer_finding, sanitizer_of
 from runner.job.supervisor import run_job
 from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
+from runner.record.server import failure_line, is_server
 from runner.record.store import sqlite_path
 from runner.record.tracking import Recorder, RecordNotOpened, comparable_params, flush_records
 from runner.sweep.context import current_parent_run_id, in_sweep, parent_experiment_id
@@ -132,6 +133,10 @@ def _run(cfg: DictConfig) -> Optional[float]:
     except Exception as error:  # nothing can be recorded: say where and why, run nothing
         print_failure(_cannot_record(cfg, error), None)
         return None
+    if parent_run_id is None and is_server(cfg.tracking.uri) and recorder.run_id is not None:
+        from runner.sync import write_kept
+
+        write_kept(cfg.tracking.uri)  # records kept while the server was away, written now
     try:
         return _recorded_run(cfg, recorder, size, size_rule, parent_run_id)
     except RecordNotOpened as error:  # opened in the background: the job stopped at its key
@@ -170,9 +175,8 @@ def _ends_beside_the_next_job(cfg: DictConfig, parent_run_id: Optional[str]) -> 
 
 
 def _cannot_record(cfg: DictConfig, error: BaseException) -> str:
-    first = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
-    reason = first if isinstance(error, RunError) else f"{type(error).__name__}: {first}"
-    return f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: {reason}"
+    return (f"cannot record in MLflow at tracking.uri={cfg.tracking.uri}: "
+            f"{failure_line(str(cfg.tracking.uri), error)}")
 
 
 def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
@@ -182,6 +186,9 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
     backend_name = cfg.backend.name
 
     def where() -> str:  # the run's id: once it is open (every finish() waits for it)
+        if recorder.spooled is not None:  # the server was not answering (runner/sync.py)
+            return (f"{recorder.spooled}, kept until the MLflow server at {recorder.uri} "
+                    "answers (gemmlab sync writes it)")
         return (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
                 f"in {recorder.uri}")
 

@@ -2,8 +2,9 @@
 
 `gemmlab --version` answers with gemmlab's version (Hydra's own `--version` would name Hydra's)
 and does not compose any config; `gemmlab ui [--uri …] [--port …] [--sweep …]` lists the store's
-sweeps, opens one and starts the MLflow UI (runner/ui.py); every other argument goes to the Hydra
-app unchanged.
+sweeps, opens one and starts the MLflow UI (runner/ui.py); `gemmlab sync [--uri …]` writes to a
+tracking server the records kept while it was not answering (runner/sync.py); every other
+argument goes to the Hydra app unchanged.
 
 Errors are one line, `gemmlab: error: …`, exit 1: a config Hydra cannot compose (its message,
 which spreads over several lines with the schema's class names, folded into one; a ValueError
@@ -203,6 +204,10 @@ def main() -> None:
         from runner.ui import main as ui
 
         sys.exit(ui(sys.argv[2:]))
+    if sys.argv[1:2] == ["sync"]:  # `gemmlab sync`: records kept while a server was away
+        from runner.sync import main as sync
+
+        sys.exit(sync(sys.argv[2:]))
     if sys.argv[1:2] == ["compare"]:  # `gemmlab compare A B`: is B faster than A?
         from runner.results.compare import main as compare
 

@@ -12,6 +12,10 @@ that open it, before the server's own log lines.
 Then it starts `mlflow server` on 127.0.0.1 only (job execution off), waits until it answers,
 and on Ctrl-C or SIGTERM stops the server it started, by its own process id (and that
 process's group, which holds the server's workers).
+
+`--uri http://…` (a tracking server: a team's shared one) is already a UI: the same lines are
+printed with that server's own URLs, once it is checked to answer this client (its host, its
+credentials: one line otherwise), and nothing is started.
 """
 
 import argparse
@@ -26,6 +30,7 @@ from typing import Optional
 
 from runner import ui_views
 from runner.record import names
+from runner.record.server import is_server
 from runner.results import runs as recorded
 
 HOST = "127.0.0.1"
@@ -76,7 +81,8 @@ def describe(client, uri: str, base: str, sweep: Optional[str], view: bool) -> l
     found = recorded.sweeps(client, ids)
     chosen = recorded.find_sweep(client, sweep, ids) if sweep is not None else (
         found[0] if found else None)
-    lines = [f"MLflow UI on {uri}: {base}"]
+    lines = [f"MLflow UI on {uri}: {base}" if base != uri.rstrip("/") else
+             f"MLflow UI of the tracking server: {base}"]
     if chosen is None:
         return [*lines, ("no sweep recorded yet (python -m runner -m kernel=matmul_1,matmul_2 "
                          "size=256,512)")]
@@ -136,6 +142,23 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt  # SIGTERM ends it as Ctrl-C does: the server is stopped first
 
 
+def _on_server(uri: str, sweep: Optional[str], view: bool) -> int:
+    """`gemmlab ui --uri http://…`: the server's sweeps and the chosen one's URLs, at the
+    server's own address; a server that does not answer or refuses: one line, exit 1."""
+    from runner.errors import RunError
+    from runner.record.server import check_server, quiet_retries, use_http_defaults
+
+    use_http_defaults()
+    quiet_retries(uri)
+    try:
+        check_server(uri)
+    except RunError as error:
+        raise SystemExit(f"gemmlab: error: cannot read MLflow at --uri {uri}: {error}") from None
+    print("\n".join(describe(recorded.client(uri), uri, uri.rstrip("/"), sweep, view)),
+          flush=True)
+    return 0
+
+
 def main(argv=None, wait_s: float = 120.0) -> Optional[int]:
     parser = argparse.ArgumentParser(prog="gemmlab ui", description=__doc__.splitlines()[0])
     parser.add_argument("--uri", default=recorded.DEFAULT_URI,
@@ -146,6 +169,8 @@ def main(argv=None, wait_s: float = 120.0) -> Optional[int]:
     parser.add_argument("--no-view", dest="view", action="store_false",
                         help="write no view into the store's experiment tags")
     args = parser.parse_args(argv)
+    if is_server(args.uri):  # its own UI: its URLs, nothing started
+        return _on_server(args.uri, args.sweep, args.view)
     client = recorded.client(args.uri)  # a store that does not exist: one line, exit 1
     base = f"http://{HOST}:{args.port}"
     if _listening(args.port):

@@ -206,7 +206,7 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
 
 class MlflowServer:
-    """`mlflow server` on 127.0.0.1 over `folder`/mlflow.db, artifacts served from
+    """`mlflow server` on 127.0.0.1 (or `host`) over `folder`/mlflow.db, artifacts served from
     `folder`/artifacts. `auth=True`: MLflow's basic authentication, admin credentials
     `ADMIN`/`ADMIN_PASSWORD` (written into the app's config file here)."""
 
@@ -280,7 +280,7 @@ class MlflowServer:
 
     def healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as r:
+            with urllib.request.urlopen(f"{self.uri}/health", timeout=2) as r:
                 return r.status == 200
         except (urllib.error.URLError, OSError):
             return False

@@ -132,6 +132,9 @@ GIT_COMMIT = "gemmlab.git_commit"
 RUNNER_VERSION = "gemmlab.runner_version"
 MEASUREMENT_KEY = "gemmlab.measurement_key"
 REUSED_FROM = "gemmlab.reused_from"
+# A run's own id, given by gemmlab as it opens the run (before the server gives it its run id):
+# a record kept while the server was not answering is written once (runner/record/spool.py).
+RECORD_ID = "gemmlab.record_id"
 SIZE_RULE = "kernel.size_rule"
 DEVICE_NAME = "device.name"
 DEVICE_VENDOR = "device.vendor"

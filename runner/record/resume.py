@@ -19,7 +19,7 @@ from runner.config.measurement import Repetitions, Warmup, check_tolerance
 from runner.config.paths import kernel_source_path, kernel_source_text
 from runner.config.spec import KernelPlan
 from runner.errors import Refused, RunError
-from runner.record import names
+from runner.record import names, server
 from runner.record.store import holding_signals
 
 KEY_TAG = names.MEASUREMENT_KEY
@@ -71,16 +71,27 @@ def measurement_key(cfg, backend: Backend, plan: KernelPlan) -> Optional[str]:
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def find_measurement(experiment_id: str, key: str, exclude_run_id: str):
-    """The newest finished run in the experiment with this measurement key, or None."""
+def find_measurement(experiment_id: Optional[str], key: str, exclude_run_id: Optional[str]):
+    """The newest finished run in the experiment with this measurement key, or None. None too
+    where the tracking server is not answering (the job measures again rather than wait): its
+    record goes to the spool (runner/record/spool.py)."""
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    with holding_signals(mlflow.get_tracking_uri()):
-        found = MlflowClient().search_runs(
-            [experiment_id],
-            filter_string=f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
-            order_by=["attributes.start_time DESC"], max_results=2)
+    uri = mlflow.get_tracking_uri()
+    if experiment_id is None or (server.is_server(uri) and server.down(uri)):
+        return None
+    try:
+        with holding_signals(uri):
+            found = MlflowClient().search_runs(
+                [experiment_id],
+                filter_string=f"tags.`{KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
+                order_by=["attributes.start_time DESC"], max_results=2)
+    except Exception as error:
+        if not (server.is_server(uri) and server.not_answering(error)):
+            raise
+        server.mark_down(uri)
+        return None
     return next((run for run in found if run.info.run_id != exclude_run_id), None)
 
 

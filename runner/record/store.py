@@ -21,43 +21,12 @@ from urllib.parse import unquote, urlparse
 from filelock import FileLock, Timeout
 
 from runner.errors import RunError
+from runner.record.server import check_server, is_server, quiet_retries, use_http_defaults
 from runner.terminal.interrupts import shielded
 
 log = logging.getLogger(__name__)
 
 LOCK_TIMEOUT_S = 300  # a migration of a large store can take a while; a hang cannot
-PROBE_TIMEOUT_S = 5.0  # a tracking server that has not answered by then is not answering
-
-# MLflow retries a request to a server 7 times with a backoff factor of 2 (minutes in all) and
-# waits 120 s for each answer; a server that went away mid-sweep would hang every job that long.
-# Where the user has not chosen, gemmlab waits at most about a minute per request.
-HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "3", "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                 "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
-
-
-def probe_server(uri: str, timeout: float = PROBE_TIMEOUT_S) -> None:
-    """A RunError unless the tracking server at `uri` answers within `timeout` seconds (any HTTP
-    status counts as an answer: the server is there). Once, with no retries."""
-    import http.client
-    from urllib.parse import urlparse
-
-    url = urlparse(uri)
-    connection_class = (http.client.HTTPSConnection if url.scheme == "https"
-                        else http.client.HTTPConnection)
-    try:
-        connection = connection_class(url.hostname or "localhost", url.port, timeout=timeout)
-        try:
-            connection.request("GET", url.path.rstrip("/") + "/health")
-            connection.getresponse().read(64)
-        finally:
-            connection.close()
-    except (OSError, http.client.HTTPException) as error:
-        why = "no answer" if isinstance(error, TimeoutError) else \
-            (str(error).strip() or type(error).__name__)
-        raise RunError(f"the tracking server at {uri} does not answer within {timeout:g} s "
-                       f"({why}); start it (mlflow server --host 127.0.0.1 --port "
-                       f"{url.port or 5000} …) or set tracking.uri to a store that exists, "
-                       "e.g. sqlite:///mlflow.db") from None
 
 
 def holding_signals(uri: str):
@@ -101,15 +70,17 @@ def check_scheme(uri: str) -> None:
 def ensure_store(uri: str) -> None:
     """Open (create or upgrade) the store at `uri` once per process, safely across processes.
 
-    A server (http://) or another database owns its own schema: it is only checked to answer,
-    so that a server that is down fails the run in seconds rather than after MLflow's retries.
+    A server (http://) or another database owns its own schema: a server is only checked to
+    answer, and to accept this client's requests (its host, its credentials), so that a server
+    that is down or refuses fails the run in seconds in one line rather than after MLflow's
+    retries (runner/record/server.py, check_server).
     A URI without a scheme is refused (check_scheme).
     """
     check_scheme(uri)
-    if uri.startswith(("http://", "https://")):
-        for name, value in HTTP_DEFAULTS.items():
-            os.environ.setdefault(name, value)
-        probe_server(uri)
+    if is_server(uri):
+        use_http_defaults()  # MLflow's retries capped (runner/record/server.py)
+        quiet_retries(uri)
+        check_server(uri)  # 403 (--allowed-hosts), 401 (credentials): one line, nothing recorded
         return
     path = sqlite_path(uri)
     if path is None:

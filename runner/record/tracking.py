@@ -12,6 +12,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from runner import __version__
 from runner.config.paths import PACKAGE_DIR, checkout_root
-from runner.record import names
+from runner.record import names, server, spool
 from runner.record.store import check_scheme, ensure_store, holding_signals
 from runner.run.operations import check_tolerance
 from runner.run.phases import RECORD_OPEN, metric
@@ -53,6 +54,7 @@ def _import_mlflow(uri: str):
             gc.freeze()
             gc.enable()
     _quiet_mlflow()
+    server.quiet_retries(uri)  # a server's outage said in one line, not per retry
     return mlflow
 
 
@@ -275,6 +277,10 @@ class Recorder:
     the run in the caller's thread once the thread is done, or raise RecordNotOpened where the
     store could not be opened. Signals reach the main thread only, never the thread's store
     calls; `finish()` waits for the thread, so an interrupted run ends KILLED as in sync mode.
+
+    On a server (http://) the run goes through MLflow's client, not as a fluent active run;
+    where the server does not answer (runner/record/server.py) the job goes on and `finish`
+    keeps the whole record in the spool (runner/record/spool.py; `spooled` names the file).
     """
 
     def __init__(self, tracking_cfg, run_name: str, parent_run_id: Optional[str] = None,
@@ -302,6 +308,12 @@ class Recorder:
         self._failure: Optional[BaseException] = None
         self._parent_run_id = parent_run_id
         self._start_tags: dict[str, str] = {}
+        # No fluent active run where the end is written elsewhere, or on a server (an outage
+        # must not leave one open in this process).
+        self._client_mode = self._deferred_end or (server.is_server(self.uri) and not background)
+        self._record_id, self._start_time = uuid.uuid4().hex, None  # names.RECORD_ID: spool.py
+        self._offline = False  # the server did not answer as the run opened: all to the spool
+        self.spooled: Optional[Path] = None  # the spool's file holding this run, once kept there
         if background:
             check_scheme(self.uri)  # at once: no thread for a URI that names no store
             return
@@ -311,18 +323,15 @@ class Recorder:
             with holding_signals(self.uri):  # a signal meanwhile is raised once the run is open
                 mlflow.set_tracking_uri(tracking_cfg.uri)
                 if experiment_id is None:  # else a sweep's job: its parent made both
-                    ensure_store(tracking_cfg.uri)
+                    ensure_store(tracking_cfg.uri)  # a server refusing or away: one line, here
                     experiment_id = experiment_for(tracking_cfg.uri, tracking_cfg.experiment)
                     mlflow.set_experiment(experiment_id=experiment_id)
                 tags = provenance_tags()
+                tags[names.RECORD_ID] = self._record_id
                 if parent_run_id:
                     tags[names.PARENT_RUN_ID] = parent_run_id
-                if self._deferred_end:  # no fluent active run: its end is written elsewhere
-                    from mlflow.tracking.context import registry as context_registry
-
-                    self.run = mlflow.MlflowClient().create_run(
-                        experiment_id, tags=context_registry.resolve_tags(tags),
-                        run_name=run_name)
+                if self._client_mode:  # no fluent active run: its end is written by finish
+                    self._open_through_client(experiment_id, tags)
                 else:
                     self.run = mlflow.start_run(experiment_id=experiment_id, run_name=run_name,
                                                 tags=tags)
@@ -330,13 +339,42 @@ class Recorder:
                         mlflow.log_params(self._unwritten_params)
                         self._unwritten_params = {}
         except KeyboardInterrupt as interrupt:  # the run was opened: it ends KILLED, not RUNNING
-            if self.run is not None:
-                self.run_id = self.run.info.run_id
+            if self.run is not None or self._offline:
+                self.run_id = self.run.info.run_id if self.run is not None else None
                 self.finish(describe(interrupt), status="killed")
             raise
-        self.run_id = self.run.info.run_id
-        self.experiment_id = self.run.info.experiment_id
+        if self.run is not None:
+            self.run_id = self.run.info.run_id
+            self.experiment_id = self.run.info.experiment_id
         self.open_s = time.perf_counter() - started
+
+    def _open_through_client(self, experiment_id: Optional[str], tags: dict) -> None:
+        """Open the run with MLflow's client (its context tags kept for the spool's record);
+        where the server does not answer (server.attempt), the run goes on offline."""
+        from mlflow.tracking.context import registry as context_registry
+
+        self._start_tags = context_registry.resolve_tags(tags)
+        self._start_time = int(time.time() * 1000)
+        self.experiment_id = experiment_id
+
+        def create() -> None:
+            self.run = self._mlflow.MlflowClient().create_run(
+                experiment_id, start_time=self._start_time, tags=self._start_tags,
+                run_name=self.run_name)
+        self._offline = not server.attempt(self.uri, create)
+        if self.run is not None and self._unwritten_params and not self._deferred_end:
+            self._log_params(dict(self._unwritten_params))  # at once, as params() does
+
+    def _log_params(self, params: Mapping[str, str]) -> None:
+        """Params written now through the client (kept for `finish` if the server is away)."""
+        from mlflow.entities import Param
+
+        if server.attempt(self.uri, self._mlflow.MlflowClient().log_batch, self.run_id or
+                          self.run.info.run_id, params=[Param(k, v) for k, v in params.items()]):
+            for key in list(params):
+                self._unwritten_params.pop(key, None)
+        else:
+            self._unwritten_params.update(params)
 
     def _open_in_background(self) -> None:
         """The opening thread: MLflow imported, the store opened (created, upgraded), the
@@ -354,6 +392,7 @@ class Recorder:
             self.experiment_id = experiment_for(self.uri, self.experiment)
             mlflow.set_experiment(experiment_id=self.experiment_id)
             tags = provenance_tags()
+            tags[names.RECORD_ID] = self._record_id
             if self._parent_run_id:
                 tags[names.PARENT_RUN_ID] = self._parent_run_id
             context_registry.resolve_tags(tags)  # looked up once here; start_run's is cached
@@ -401,12 +440,12 @@ class Recorder:
 
     def params(self, params: Mapping[str, Any]) -> None:
         params = {k: str(v) for k, v in params.items()}
-        if self._background or self._deferred_end:
+        if self._background or self._deferred_end or self._offline:
             self._unwritten_params.update(params)
         else:
             started = time.perf_counter()
             with holding_signals(self.uri):
-                self._mlflow.log_params(params)
+                (self._log_params if self._client_mode else self._mlflow.log_params)(params)
             self.open_s += time.perf_counter() - started
         self._params.update(params)
 
@@ -419,16 +458,18 @@ class Recorder:
     def text(self, text: str, artifact_path: str) -> None:
         self._texts[artifact_path] = text
 
+    def _ordered_metrics(self) -> list:
+        # The UI's compare view plots the first metric the runs share: make it the rate.
+        return sorted(self._metrics.items(), key=lambda item: HEADLINE_METRICS.index(item[0])
+                      if item[0] in HEADLINE_METRICS else len(HEADLINE_METRICS))
+
     def _flush(self, now: Optional[int] = None) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         now = now or int(time.time() * 1000)
-        # The UI's compare view plots the first metric the runs share: make it the rate.
-        ordered = sorted(self._metrics.items(), key=lambda item: HEADLINE_METRICS.index(item[0])
-                         if item[0] in HEADLINE_METRICS else len(HEADLINE_METRICS))
         client = self._mlflow.MlflowClient()
         client.log_batch(
-            self.run_id, metrics=[Metric(k, v, now, 0) for k, v in ordered],
+            self.run_id, metrics=[Metric(k, v, now, 0) for k, v in self._ordered_metrics()],
             params=[Param(k, v) for k, v in self._unwritten_params.items()],
             tags=[RunTag(k, v) for k, v in self._tags.items()])
         self._unwritten_params = {}
@@ -441,12 +482,25 @@ class Recorder:
                 client.log_artifacts(self.run_id, folder)
 
     def _write_end(self, ended: str, now: int) -> None:
-        """A deferred end (`deferred_end`): what `finish` gathered, and the run's status and
-        end time as of `finish`, through the client (there is no fluent active run)."""
+        """The end of a run opened through the client (`deferred_end`, or on a server): what
+        `finish` gathered, and the run's status and end time as of `finish`. Where the server
+        does not answer, the whole record is kept in the spool instead (`spooled`)."""
+        if self._offline or not server.attempt(self.uri, self._end_through_client, ended, now):
+            self.spooled = spool.keep_run(self.uri, self._record_id, {
+                "run_id": self.run_id, "experiment_id": self.experiment_id,
+                "run_name": self.run_name, "start_time": self._start_time, "end_time": now,
+                "status": ended, "start_tags": self._start_tags, "params": self._params,
+                "metrics": self._ordered_metrics(), "metric_time": now, "tags": self._tags,
+                "texts": self._texts})
+
+    def _end_through_client(self, ended: str, now: int) -> None:
         try:
             self._flush(now)
-        finally:
-            self._mlflow.MlflowClient().set_terminated(self.run_id, ended, end_time=now)
+        except BaseException as error:  # the run ends, even without its values (unless away)
+            if not server.not_answering(error):
+                self._mlflow.MlflowClient().set_terminated(self.run_id, ended, end_time=now)
+            raise
+        self._mlflow.MlflowClient().set_terminated(self.run_id, ended, end_time=now)
 
     def finish(self, failure: Optional[str] = None, status: Optional[str] = None,
                headline: str = "") -> None:
@@ -482,6 +536,9 @@ class Recorder:
         if self._deferred_end:
             _deferred_ends.put(self._write_end, ended, int(time.time() * 1000),
                                key=self._tags.get(names.MEASUREMENT_KEY))
+            return
+        if self._client_mode:  # on a server: written now, or kept in the spool
+            self._write_end(ended, int(time.time() * 1000))
             return
         with holding_signals(self.uri):
             try:

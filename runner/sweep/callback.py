@@ -22,6 +22,15 @@ FAILED, with the reason, when an error ended it or when its first jobs all faile
 before reaching a device (no GPU, no CuPy, no such platform: `_stop_if_hopeless`), which no
 other point of the sweep can change. A GPU pool (`gpus=N`) is checked against the GPUs there
 are before any job starts.
+
+On a tracking server (http://) the sweep starts only where the server answers this client's
+API requests (a 403 for its host, a 401 for its credentials, any store error: one line, exit 1,
+no job run). Records the server could not take while it was not answering are in the spool
+(runner/record/spool.py): the sweep writes those kept earlier as it starts, and at its end waits
+for a server that is down (up to GEMMLAB_SERVER_WAIT_S, 60 s) and writes them before its
+summary; where it still does not answer, the parent's end joins the spool (runner/sweep/outage.py;
+`write_kept_end` writes it later, from runner/sync.py too), the line says so, and the command
+exits 1.
 """
 
 import atexit
@@ -37,7 +46,9 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 from runner.errors import RunError
-from runner.record import names
+from runner.record import names, spool
+from runner.record.server import down as server_down
+from runner.record.server import is_server, mark_down, not_answering
 from runner.results.records import rate as _rate
 from runner.results.records import size_label as _size
 from runner.results.records import status as _status
@@ -52,6 +63,7 @@ from runner.sweep.definition import (
     sweep_definition,
     sweep_name,
 )
+from runner.sweep import outage
 from runner.sweep.monitor import ProgressMonitor
 from runner.sweep.report_hook import log_report
 from runner.sweep.series import log_series
@@ -130,6 +142,7 @@ class SweepRecorder(Callback):
                 from runner.sweep.precompile import prestart
 
                 prestart(config.backend.name)  # and the compile pool's first processes started
+        from mlflow.entities import Param
         from mlflow.tracking import MlflowClient
 
         from runner.record.store import ensure_store
@@ -140,15 +153,6 @@ class SweepRecorder(Callback):
         )
 
         _quiet_mlflow()  # MLflow is imported: no INFO lines for the store's creation
-        try:
-            ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
-        except RunError as error:  # Hydra would take it for a warning and run every job
-            from runner.terminal.summary import print_failure
-
-            print_failure(f"cannot record in MLflow at tracking.uri={tracking.uri}: {error}", None)
-            sys.exit(1)
-        client = MlflowClient(tracking.uri)
-        experiment_id = experiment_for(tracking.uri, tracking.experiment)
         definition = sweep_definition(config)
         self._definition = definition
         self._expected = expected_jobs(config)
@@ -159,18 +163,39 @@ class SweepRecorder(Callback):
                 names.SWEEP_SWEEPER: sweeper.rsplit(".", 1)[-1],
                 names.SWEEP_LAUNCHER: launcher.rsplit(".", 1)[-1],
                 names.SWEEP_DIR: str(OmegaConf.select(config, "hydra.sweep.dir"))}
-        run = client.create_run(experiment_id, run_name=self._name, tags=tags)
+        params = [Param(f"{names.SWEEP_PARAM_PREFIX}{key}"[:250], values[:6000])
+                  for key, values in definition.items()]
+        if self._expected is not None:
+            params.append(Param(names.SWEEP_EXPECTED_JOBS, str(self._expected)))
+        run = None
+        # Any error here, a RunError of the store's checks or the server's answer to the first
+        # writes, is one line and exit 1: Hydra would take it for a warning and run every job.
+        try:
+            ensure_store(tracking.uri)  # before any job: parallel jobs then find it ready
+            client = MlflowClient(tracking.uri)
+            experiment_id = experiment_for(tracking.uri, tracking.experiment)
+            run = client.create_run(experiment_id, run_name=self._name, tags=tags)
+            client.log_batch(run.info.run_id, params=params)
+        except Exception as error:
+            from runner.record.server import failure_line
+            from runner.terminal.summary import print_failure
+
+            if run is not None:  # no parent left RUNNING for a sweep that never ran
+                try:
+                    MlflowClient(tracking.uri).delete_run(run.info.run_id)
+                except Exception as again:
+                    log.debug("could not delete the parent run: %s", again)
+            print_failure(f"cannot record in MLflow at tracking.uri={tracking.uri}: "
+                          f"{failure_line(tracking.uri, error)}", None)
+            sys.exit(1)
         self._client, self._uri = client, tracking.uri
         self._launcher = tags[names.SWEEP_LAUNCHER]
         self._experiment_id, self._parent_run_id = experiment_id, run.info.run_id
         self._jobs_ended = 0
         global _active
         _active = self
-        for key, values in definition.items():
-            client.log_param(run.info.run_id, f"{names.SWEEP_PARAM_PREFIX}{key}"[:250],
-                             values[:6000])
-        if self._expected is not None:
-            client.log_param(run.info.run_id, names.SWEEP_EXPECTED_JOBS, self._expected)
+        if is_server(tracking.uri):  # records kept while it was not answering, written first
+            outage.write_kept(tracking.uri, KEPT_HANDLERS)
         os.environ[PARENT_ENV] = run.info.run_id
         os.environ[PARENT_EXPERIMENT_ENV] = "\n".join(
             (str(tracking.uri), str(tracking.experiment), experiment_id))
@@ -202,9 +227,17 @@ class SweepRecorder(Callback):
 
         from runner.record.tracking import flush_records
 
-        with holding_signals(self._uri):
-            flush_records()  # the jobs' record ends written beside later jobs
-            runs = sweep_children(self._client, self._experiment_id, self._parent_run_id)
+        if is_server(self._uri) and server_down(self._uri):
+            return  # its jobs are in the spool: nothing to read until it answers
+        try:
+            with holding_signals(self._uri):
+                flush_records()  # the jobs' record ends written beside later jobs
+                runs = sweep_children(self._client, self._experiment_id, self._parent_run_id)
+        except Exception as error:  # a server not answering: its jobs go to the spool
+            if not (is_server(self._uri) and not_answering(error)):
+                raise
+            mark_down(self._uri)
+            return
         if len(runs) < STOP_AFTER or (self._expected is not None
                                       and len(runs) >= self._expected):
             return  # too few to tell, or nothing left to spare
@@ -265,6 +298,7 @@ class SweepRecorder(Callback):
         parent, self._parent_run_id = self._parent_run_id, None
         if _active is self:
             _active = None
+        self._wall_s = time.monotonic() - self._started
         self._monitor.close()
         os.environ.pop(PARENT_ENV, None)
         os.environ.pop(PARENT_EXPERIMENT_ENV, None)
@@ -277,6 +311,35 @@ class SweepRecorder(Callback):
 
             print_failure(f"a job's record could not be ended: {type(error).__name__}: "
                           f"{str(error).strip()[:300]}", None)
+        if not is_server(self._uri):
+            self._write_end(parent, status, reason)
+            return
+        # On a server: what the jobs kept in the spool first, then the sweep's end; a server
+        # down meanwhile is waited for (a finished sweep only: an interrupted one ends now),
+        # and where it stays down the end joins the spool.
+        for attempt in (1, 2):
+            if server_down(self._uri) and not (status == "FINISHED"
+                                                and outage.wait_for_server(self._uri)):
+                break
+            try:
+                outage.write_kept(self._uri, KEPT_HANDLERS)
+                return self._write_end(parent, status, reason, check_series=attempt > 1)
+            except Exception as error:
+                if not not_answering(error):
+                    raise
+                mark_down(self._uri)
+        _exit_code = 1
+        outage.keep_end(self._uri, parent, {
+            "parent": parent, "experiment_id": self._experiment_id, "name": self._name,
+            "expected": self._expected, "wall_s": self._wall_s, "launcher": self._launcher,
+            "status": status, "reason": reason})
+
+    def _write_end(self, parent: str, status: str, reason: Optional[str] = None,
+                   check_series: bool = False) -> None:
+        """Read the sweep's jobs back and write its end on the parent: the summary, the
+        series runs (`check_series`: not where an earlier attempt wrote them), the status; then
+        print the summary."""
+        global _exit_code
         runs = sweep_children(self._client, self._experiment_id, parent)
         if status != "FINISHED" and self._end_orphans(runs, reason or status.lower()):
             runs = sweep_children(self._client, self._experiment_id, parent)
@@ -292,17 +355,26 @@ class SweepRecorder(Callback):
             if status == "FINISHED":  # else the error that stopped the sweep was its one line
                 from runner.terminal.summary import print_failure
 
-                print_failure("the sweep launched no job; nothing was recorded", None)
+                _exit_code = 1  # every job failed before its run opened: nothing recorded
+                print_failure("the sweep launched no job, or none could be recorded; nothing "
+                              "was recorded", None)
             return
         metrics = {}
         try:
-            metrics = self._log_summary(parent, summary, series=status == "FINISHED")
+            metrics = self._log_summary(parent, summary, series=status == "FINISHED" and not (
+                check_series and self._has_series(parent)))
             if reason:
                 self._client.set_tag(parent, names.FAILURE_REASON, reason[:5000])
         finally:
             self._client.set_terminated(parent, status)
         print_sweep_summary(summary, self._expected, self._name, parent, self._uri,
                             metrics.get("overhead_s_per_job"), phases_line(metrics))
+
+    def _has_series(self, parent: str) -> bool:
+        """Whether the parent's series runs exist (an earlier attempt at its end wrote them)."""
+        return bool(self._client.search_runs(
+            [self._experiment_id], f"tags.`{names.PARENT_RUN_ID}` = '{parent}' and "
+            f"tags.`{names.SERIES}` = 'true'", max_results=1))
 
     def _forget(self, parent: str) -> None:
         """Delete the parent run for good (a soft delete would still list it under Deleted)."""
@@ -322,7 +394,7 @@ class SweepRecorder(Callback):
         from mlflow.entities import RunTag
 
         client = self._client
-        bookkeeping = bookkeeping_of(summary, time.monotonic() - self._started)
+        bookkeeping = bookkeeping_of(summary, self._wall_s)
         client.log_batch(parent, tags=[RunTag(f"{names.SWEEP_PREFIX}{key}", tag_value(value))
                                        for key, value in bookkeeping.items()])
         devices = sorted({r.data.tags[names.DEVICE_NAME] for r in summary.runs
@@ -354,3 +426,19 @@ class SweepRecorder(Callback):
         if table:
             client.log_text(parent, table, "phases.md")
         return bookkeeping
+
+
+def write_kept_end(client, record: dict) -> None:
+    """Write a sweep's end kept in the spool (outage.keep_end) once its server answers: the same
+    summary, series and status its own process would have written, read from its jobs as they
+    are now (their kept records written first: runner/record/spool.py, replay), and printed."""
+    sweep = SweepRecorder()
+    sweep._client, sweep._uri = client, record["uri"]
+    sweep._experiment_id, sweep._name = record["experiment_id"], record["name"]
+    sweep._expected, sweep._wall_s = record.get("expected"), float(record.get("wall_s") or 0.0)
+    sweep._launcher = record.get("launcher", "?")
+    sweep._write_end(record["parent"], record["status"], record.get("reason"),
+                     check_series=True)
+
+
+KEPT_HANDLERS = {spool.SWEEP_END: write_kept_end}  # runner/sweep/outage.py, write_kept

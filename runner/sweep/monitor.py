@@ -49,10 +49,18 @@ class ProgressMonitor:
             self._thread.start()
 
     def _poll(self) -> None:
+        from runner.record import server
+
+        uri = self._client.tracking_uri
+        on_server = server.is_server(uri)
         while not self._stop.wait(1.0):
+            if on_server and server.down(uri):  # not answering: no retries every second
+                continue
             try:
                 summary = SweepSummary.of(sweep_children(self._client, *self._where))
-            except Exception:  # a busy store: try again at the next tick
+            except Exception as error:  # a busy store: try again at the next tick
+                if on_server and server.not_answering(error):
+                    server.mark_down(uri)
                 continue
             self._progress.update(self._task, completed=summary.finished,
                                   description=_progress_line(summary))
