@@ -123,13 +123,13 @@ def refusal(uri: str, status: int, body: str) -> str:
     """Why the server at `uri` answered `status` (not 2xx) with `body`, and the setting that
     fixes it: the part after `cannot record in MLflow at tracking.uri=…: `."""
     text = " ".join(body.split())[:160]
-    user = os.environ.get(USERNAME_ENV)
+    user, password = _credentials()
     if status == 403 and "invalid host header" in text.lower():
         return (f"the server refused this host (403 Invalid Host header): start mlflow server "
                 f"with --allowed-hosts {_host_header(uri)} (every host:port its clients use, "
                 "comma-separated), or use a tracking.uri whose host it allows")
     if status == 401:
-        if not user or not os.environ.get(PASSWORD_ENV):
+        if not user or not password:
             return (f"the server asks for a user and password (401 Unauthorized): set "
                     f"{USERNAME_ENV} and {PASSWORD_ENV} to a user of its basic-auth app")
         return (f"the server refused the user {user!r} (401 Unauthorized: no such user, or a "
@@ -158,8 +158,18 @@ def failure_line(uri: str, error: BaseException) -> str:
     return f"{type(error).__name__}: {first}"
 
 
+def _credentials() -> tuple:
+    """MLflow's own: MLFLOW_TRACKING_USERNAME / _PASSWORD, else ~/.mlflow/credentials."""
+    try:
+        from mlflow.utils.credentials import read_mlflow_creds
+    except ImportError:
+        return os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
+    creds = read_mlflow_creds()
+    return creds.username, creds.password
+
+
 def _authorization() -> dict:
-    user, password = os.environ.get(USERNAME_ENV), os.environ.get(PASSWORD_ENV)
+    user, password = _credentials()
     if user and password:
         token = base64.standard_b64encode(f"{user}:{password}".encode()).decode()
         return {"Authorization": f"Basic {token}"}
