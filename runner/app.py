@@ -48,7 +48,7 @@ from runner.record.store import sqlite_path
 from runner.record.tracking import Recorder, RecordNotOpened, comparable_params, flush_records
 from runner.sweep.context import current_parent_run_id, in_sweep, parent_experiment_id
 from runner.sweep.gpu_pool import claim_gpu
-from runner.terminal.interrupts import describe, shielded
+from runner.terminal.interrupts import describe, shielded, status_of
 from runner.terminal.progress import RelayedBars
 from runner.terminal.summary import (
     headline,
@@ -237,14 +237,15 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
         print_failure(str(error), where())
         return None
     except KeyboardInterrupt as interrupt:  # Ctrl-C or SIGTERM (runner/terminal/interrupts.py)
-        reason = describe(interrupt)
+        reason, status = describe(interrupt), status_of(interrupt)
         recorded = True
         with shielded():  # a run opened in the background is waited for, then ends KILLED
             try:
-                recorder.finish(reason, status="killed")
+                recorder.finish(reason, status=status)
             except RecordNotOpened:  # the store could not be opened: nothing to end
                 recorded = False
-        print_failure(reason, where() if recorded else None, recorded_as="KILLED")
+        print_failure(reason, where() if recorded else None,
+                      recorded_as="KILLED" if status == "killed" else "FAILED")
         interrupt.reported = True  # the command line exits 128 + signal without another line
         raise
     except BaseException as error:  # a bug: still recorded, then raised

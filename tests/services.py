@@ -35,6 +35,7 @@ from typing import Optional
 
 SLURM_BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel")
 PARTITION = "debug"
+SHORT_PARTITION = "short"  # jobs of at most a minute
 
 
 def free_port() -> int:
@@ -136,9 +137,17 @@ SlurmctldTimeout=30
 SlurmdTimeout=30
 NodeName={self.node} NodeAddr=127.0.0.1 CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN
 PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+PartitionName={SHORT_PARTITION} Nodes=ALL MaxTime=1 State=UP
 """)
 
     def start(self, timeout_s: float = 60.0) -> "OneNodeSlurm":
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.stop()  # what was started, by PID
+            raise
+
+    def _start(self, timeout_s: float) -> "OneNodeSlurm":
         f = self.folder
         for sub in ("state", "spool", "log", "munge"):
             (f / sub).mkdir(parents=True, exist_ok=True)
@@ -164,7 +173,8 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def _node_idle(self) -> bool:
         answer = subprocess.run(["sinfo", "-h", "-N", "-o", "%t"], capture_output=True,
                                 text=True, env=self.environment(), timeout=10)
-        return answer.returncode == 0 and answer.stdout.strip() == "idle"
+        states = answer.stdout.split()  # one line per partition the node is in
+        return answer.returncode == 0 and bool(states) and set(states) == {"idle"}
 
     def _wait_for(self, ready, timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
@@ -195,8 +205,9 @@ PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         return [line for line in answer.stdout.splitlines() if line.strip()]
 
     def cancel_all(self) -> None:
-        subprocess.run(["scancel", "--full", "--partition", PARTITION], env=self.environment(),
-                       capture_output=True, timeout=10)
+        for partition in (PARTITION, SHORT_PARTITION):
+            subprocess.run(["scancel", "--full", "--partition", partition],
+                           env=self.environment(), capture_output=True, timeout=10)
 
     def stop(self) -> None:
         if "slurmctld" in self.processes and self.processes["slurmctld"].poll() is None:

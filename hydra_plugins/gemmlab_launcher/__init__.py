@@ -12,5 +12,7 @@ def register() -> None:
     from hydra.core.plugins import Plugins
 
     from hydra_plugins.gemmlab_launcher.gemmlab_launcher import GemmlabLauncher
+    from hydra_plugins.gemmlab_launcher.slurm_launcher import GemmlabSlurmLauncher
 
     Plugins.instance().register(GemmlabLauncher)
+    Plugins.instance().register(GemmlabSlurmLauncher)

@@ -27,11 +27,17 @@ context may be broken, and the next job gets a fresh process.
 
 import logging
 import os
+import signal
 import sys
 import threading
 import time
 import traceback
 from multiprocessing.connection import Connection
+
+# Set in a Slurm job (runner/sweep/slurm.py): Slurm signals every process of a job it cancels
+# or warns of its time limit, and the job's main process, not its worker, records the run's end
+# in gemmlab's words.
+IGNORES_SIGTERM_ENV = "GEMMLAB_WORKER_IGNORES_SIGTERM"
 
 log = logging.getLogger("runner")
 
@@ -178,6 +184,9 @@ def run_job(conn: Connection, cfg) -> bool:
 
 def main() -> None:
     global _ahead_s
+    if os.environ.get(IGNORES_SIGTERM_ENV):
+        for signum in (signal.SIGTERM, signal.SIGUSR2):  # submitit's warning of the limit
+            signal.signal(signum, signal.SIG_IGN)
     fd, supervisor_pid = int(sys.argv[1]), int(sys.argv[2])
     _exit_with_supervisor(supervisor_pid)
     sys.unraisablehook = _quiet_after_faults

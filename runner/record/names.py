@@ -161,6 +161,15 @@ REFERENCE = "perf.reference"  # the library PCT_OF_REFERENCE is against: "cuBLAS
 VENDOR_UNUSABLE = "vendor.unusable"  # why no % of the vendor was recorded (a noisy baseline)
 SANITIZER = "check.sanitizer"  # the tool the checked launch ran under (check.sanitizer=…)
 WORKER_PID = "job.worker_pid"  # the worker process that ran the job (runner/job/)
+# A job run by Slurm (hydra/launcher=slurm): where and as what it ran, from Slurm's environment.
+SLURM_JOB_ID = "slurm.job_id"  # the job's own id (an array task's: <array>_<task>)
+SLURM_ARRAY_JOB_ID = "slurm.array_job_id"
+SLURM_ARRAY_TASK_ID = "slurm.array_task_id"
+SLURM_NODE = "slurm.node"
+SLURM_PARTITION = "slurm.partition"
+SLURM_GPUS = "slurm.gpus"  # the GPUs Slurm gave the job (SLURM_JOB_GPUS), as it numbers them
+SLURM_TAGS = (SLURM_JOB_ID, SLURM_ARRAY_JOB_ID, SLURM_ARRAY_TASK_ID, SLURM_NODE,
+              SLURM_PARTITION, SLURM_GPUS)
 
 # `gemmlab compare --log`: its runs live in an experiment of their own (never among the data a
 # report reads), tagged gemmlab.compare = "true", with the two selectors and its table.

@@ -21,6 +21,7 @@ from omegaconf import DictConfig, OmegaConf
 from runner import __version__
 from runner.config.paths import PACKAGE_DIR, checkout_root
 from runner.record import names, server, spool
+from runner.record.slurm_env import slurm_job_tags, typed_command
 from runner.record.store import check_scheme, ensure_store, holding_signals
 from runner.run.operations import check_tolerance
 from runner.run.phases import RECORD_OPEN, metric
@@ -586,8 +587,8 @@ def experiment_for(uri: str, name: str) -> str:
 
 def provenance_tags() -> dict[str, str]:
     """Runner version, commit and the command as typed (for a sweep, the sweep's command)."""
-    tags = {names.RUNNER_VERSION: __version__,
-            names.COMMAND: "python -m runner " + " ".join(sys.argv[1:])}
+    tags = {names.RUNNER_VERSION: __version__, names.COMMAND: typed_command(sys.argv),
+            **slurm_job_tags()}
     commit = _commit_of_this_process()
     if commit:
         tags[names.GIT_COMMIT] = commit

@@ -134,6 +134,15 @@ class SweepRecorder(Callback):
 
                 print_failure(refusal, None)
                 sys.exit(1)
+        if launcher.endswith(".GemmlabSlurmLauncher"):  # before anything is recorded or queued
+            from runner.sweep.slurm import refusal_of
+
+            refusal = refusal_of(config.hydra.launcher)
+            if refusal:
+                from runner.terminal.summary import print_failure
+
+                print_failure(refusal, None)
+                sys.exit(1)
         if launcher.endswith(".GemmlabLauncher"):  # its jobs run in this process's worker
             from runner.job.supervisor import warm
 
@@ -293,6 +302,34 @@ class SweepRecorder(Callback):
             self._client.set_terminated(run.info.run_id, "KILLED")
         return bool(orphans)
 
+    def _settle_slurm_jobs(self, runs: list) -> tuple[bool, Optional[str]]:
+        """Once the sweep's Slurm jobs have left the queue: end FAILED, in Slurm's words, the
+        runs still RUNNING (killed where they could not record it: SIGKILL after the grace
+        time) or ended by Slurm for a cause of its own (a node failure reaches the job as the
+        SIGTERM of a cancellation); and say why the jobs with no run never ran (cancelled while
+        pending). Returns whether a run changed, and that why."""
+        from mlflow.entities import RunTag
+
+        from runner.sweep.slurm import current_queue, follow, not_run_why, orphan_reason
+
+        queue = current_queue()
+        follow(None)
+        try:
+            if self._launcher != "GemmlabSlurmLauncher" or queue is None or queue.poll():
+                return False, None  # jobs still queued (an interrupted wait): they may record
+        except RunError:  # Slurm does not answer: nothing is known of the jobs
+            return False, None
+        ended = [run for run in runs if run.info.status == "RUNNING" or (
+            _status(run) == "killed"
+            and queue.ended_by_slurm(run.data.tags.get(names.SLURM_JOB_ID, "")))]
+        for run in ended:
+            reason = orphan_reason(queue, run.data.tags.get(names.SLURM_JOB_ID))
+            self._client.log_batch(run.info.run_id, tags=[
+                RunTag(names.STATUS, "failed"), RunTag(names.FAILURE_REASON, reason)])
+            self._client.set_terminated(run.info.run_id, "FAILED")
+        recorded = {run.data.tags.get(names.SLURM_JOB_ID) for run in runs}
+        return bool(ended), not_run_why(queue, recorded)
+
     def _close(self, status: str, reason: Optional[str] = None) -> None:
         global _active, _exit_code
         parent, self._parent_run_id = self._parent_run_id, None
@@ -341,9 +378,12 @@ class SweepRecorder(Callback):
         print the summary."""
         global _exit_code
         runs = sweep_children(self._client, self._experiment_id, parent)
-        if status != "FINISHED" and self._end_orphans(runs, reason or status.lower()):
+        settled, not_run_why = self._settle_slurm_jobs(runs)
+        if settled or status != "FINISHED" and self._end_orphans(runs, reason or
+                                                                 status.lower()):
             runs = sweep_children(self._client, self._experiment_id, parent)
         summary = SweepSummary.of(runs)
+        summary.not_run_why = not_run_why
         if status == "KILLED":
             summary.ended, summary.resumable = reason or "interrupted", True
         elif status != "FINISHED":  # the line that ended it follows the summary

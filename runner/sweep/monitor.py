@@ -11,6 +11,7 @@ from runner.results.records import rate as _rate
 from runner.results.records import size_label as _size
 from runner.results.records import tiling as _tiling
 from runner.results.records import unit as _unit
+from runner.sweep.slurm import current_queue
 from runner.sweep.summary import SweepSummary, sweep_children
 
 
@@ -24,6 +25,14 @@ def _progress_line(summary: SweepSummary) -> str:
         f"{_tiling(best)}".strip())
     skipped = f" · {summary.counts['cached']} cached" if summary.counts["cached"] else ""
     return f"sweep · now: {now} · best: {escape(best_text)}{skipped}"
+
+
+def _queue_text() -> str:
+    """The Slurm queue's line (pending jobs and Slurm's reason) where the sweep's jobs are
+    there."""
+    queue = current_queue()
+    line = queue.line() if queue is not None else ""
+    return f" · {escape(line)}" if line else ""
 
 
 class ProgressMonitor:
@@ -63,7 +72,7 @@ class ProgressMonitor:
                     server.mark_down(uri)
                 continue
             self._progress.update(self._task, completed=summary.finished,
-                                  description=_progress_line(summary))
+                                  description=_progress_line(summary) + _queue_text())
 
     def close(self) -> None:
         from runner.terminal import progress as progress_bars

@@ -39,6 +39,8 @@ class SweepSummary:
     best: dict = field(default_factory=dict)  # (kernel, size, backend, device) -> run
     ended: Optional[str] = None  # how the sweep ended before its jobs did ("interrupted by …")
     resumable: bool = False  # an interrupted sweep: the same command runs what is left
+    # Why the jobs without a run never ran, where the launcher knows (Slurm cancelled them).
+    not_run_why: Optional[str] = None
 
     @classmethod
     def of(cls, runs: list) -> "SweepSummary":
@@ -91,10 +93,13 @@ class SweepSummary:
         line = self._counts(expected)
         if self.ended is None:
             missing = self.not_run(expected)  # refused before their run opened (a line each)
+            if missing and self.not_run_why:
+                return line + f"; {missing} did not run ({self.not_run_why})"
             return line + (f"; {missing} not recorded, each refused before its run was opened "
                            f"(its line above says why)" if missing else "")
         not_run = self.not_run(expected)
-        rest = (f"; {not_run} did not run" if not_run else "") + (
+        why = f" ({self.not_run_why})" if self.not_run_why else ""
+        rest = (f"; {not_run} did not run{why}" if not_run else "") + (
             " (the same command runs what is left, reusing what was measured)"
             if self.resumable and (not_run or self.counts["killed"]) else "")
         return f"{self.ended}: {line}{rest}"

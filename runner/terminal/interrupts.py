@@ -18,12 +18,27 @@ class Terminated(KeyboardInterrupt):
     signum = signal.SIGTERM
 
 
+class SlurmEnded(Terminated):
+    """Slurm's SIGTERM in one of its jobs, in gemmlab's words: `status` is what the run records
+    (`killed` for scancel, `timeout` at the time limit), `reason` why (runner/sweep/slurm.py)."""
+
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+def status_of(interrupt: BaseException) -> str:
+    """What an interrupted run records as its status: `killed`, or `timeout` for a Slurm job
+    stopped at its time limit."""
+    return getattr(interrupt, "status", "killed")
+
+
 def signal_of(interrupt: BaseException) -> signal.Signals:
     return signal.Signals(getattr(interrupt, "signum", signal.SIGINT))
 
 
 def describe(interrupt: BaseException) -> str:
-    return describe_signal(signal_of(interrupt))
+    return getattr(interrupt, "reason", None) or describe_signal(signal_of(interrupt))
 
 
 def describe_signal(signum: int) -> str:
