@@ -68,16 +68,8 @@ class GemmlabSlurmLauncher(SlurmLauncher):
         logging.getLogger("submitit").setLevel(logging.ERROR)  # its sacct polling's warnings
         slurm.check_request(self.params)
         os.environ.setdefault(COMMAND_ENV, typed_command(sys.argv))  # inherited by sbatch
-        executor = submitit.AutoExecutor(
-            cluster="slurm", folder=self.params["submitit_folder"],
-            slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
-        shared = set(OmegaConf.structured(BaseQueueConf).keys())
-        skipped = {"submitit_folder", "max_num_timeout"}
-        params = {key if key in shared else f"slurm_{key}": value
-                  for key, value in self.params.items() if key not in skipped}
-        params["name"] = slurm.job_name(sweep_name(self.config,
-                                                   sweep_definition(self.config)))
-        executor.update_parameters(**params)
+        executor = self.executor(slurm.job_name(sweep_name(self.config,
+                                                           sweep_definition(self.config))))
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
         arguments = []
         for number, overrides in enumerate(job_overrides, start=initial_job_idx):
@@ -112,6 +104,22 @@ class GemmlabSlurmLauncher(SlurmLauncher):
             raise
         return [self._outcome(job, overrides, queue)
                 for job, overrides in zip(jobs, job_overrides)]
+
+    def executor(self, job_name: str):
+        """submitit's Slurm executor with this launcher's parameters, the jobs named
+        `job_name` (its `_make_submission_file_text` shows the sbatch script it submits)."""
+        import submitit
+
+        executor = submitit.AutoExecutor(
+            cluster="slurm", folder=self.params["submitit_folder"],
+            slurm_max_num_timeout=self.params.get("max_num_timeout", 0))
+        shared = set(OmegaConf.structured(BaseQueueConf).keys())
+        skipped = {"submitit_folder", "max_num_timeout"}
+        params = {key if key in shared else f"slurm_{key}": value
+                  for key, value in self.params.items() if key not in skipped}
+        params["name"] = job_name
+        executor.update_parameters(**params)
+        return executor
 
     @staticmethod
     def _outcome(job, overrides: Sequence[str], queue) -> JobReturn:
