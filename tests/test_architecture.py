@@ -1,12 +1,14 @@
 """The house's shape (docs/architecture.md): no import circle among the project's modules, counting
-imports inside functions. Read from the source with `ast`, so nothing is imported and a circle
-that Python would forgive (a lazy import inside a function) is still found."""
+imports inside functions, and no module of runner/ over MAX_LINES lines. Read from the source
+with `ast`, so nothing is imported and a circle that Python would forgive (a lazy import inside
+a function) is still found."""
 
 import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("runner", "hydra_plugins")
+MAX_LINES = 600  # a module with one job is a few hundred lines
 
 
 def project_modules(root: Path = ROOT) -> dict[str, Path]:
@@ -153,3 +155,12 @@ def test_the_circle_finder_finds_a_circle_through_a_function_level_import(tmp_pa
         ["runner.low.base", "runner.low.helper", "runner.top"]]
     (tmp_path / "runner" / "low" / "helper.py").write_text("import runner.low\n")
     assert circles(import_graph(project_modules(tmp_path))) == []
+
+
+def test_no_module_of_runner_is_over_max_lines():
+    """A module with one job stays a few hundred lines; past MAX_LINES it has a second job."""
+    over = {path.relative_to(ROOT): lines for module, path in project_modules().items()
+            if module.startswith("runner")
+            and (lines := len(path.read_text().splitlines())) > MAX_LINES}
+    assert not over, "over %d lines: %s" % (MAX_LINES, ", ".join(
+        f"{path} ({lines})" for path, lines in sorted(over.items())))

@@ -16,7 +16,7 @@ from runner.app import run
 from runner.errors import Refused
 from runner.record import names
 from runner.run import gpu_state, vendor
-from runner.run.execute import record_energy
+from runner.run.figures import record_energy
 from runner.run.gpu_state import EnergySpan, GpuState, Monitor, energy_probe, energy_span
 
 

@@ -102,7 +102,7 @@ def test_recorded_shared_bytes_count_the_launchs_dynamic_memory():
     """A step whose stages live in dynamic shared memory (matmul_12) records what one block
     holds, not only the static bytes the compiler reports."""
     from runner.backends.base import KernelResources
-    from runner.run.execute import resource_metrics
+    from runner.run.figures import resource_metrics
 
     metrics = resource_metrics(KernelResources(local_memory_bytes=512), dynamic_local_bytes=4096)
     assert metrics["kernel/shared_bytes"] == 4608

@@ -183,7 +183,7 @@ def test_build_report_with_only_failed_runs_or_one_run(store, tmp_path):
 
 def test_rate_plot_steps_look_different_beyond_ten():
     """matplotlib has ten colours; the SGEMM ladder has 12 steps."""
-    from runner.results.report import series_style
+    from runner.results.report_plots import series_style
 
     styles = [series_style(i) for i in range(25)]
     assert len(set(styles)) == 25
@@ -193,15 +193,16 @@ def test_rate_plot_steps_look_different_beyond_ten():
 def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
     """A shape that is not square (33x17x9 beside 40) is an open marker, not a point on the
     step's line: a line would jump between two sizes that are not a sequence."""
-    import runner.results.report as report
+    import runner.results.report_plots as plots
+    from runner.results.report_page import latest_per_cell
 
     uri, parent_id = store
     runs = [r for r in _sweep_runs(uri, parent_id)
             if r.info.status == "FINISHED" and r.data.params["kernel.name"] == "matmul_2"]
     assert {(r.data.params["M"], r.data.params["K"]) for r in runs} == {("40", "40"), ("33", "9")}
     figures = []
-    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
-    report.plot_rates("odd", report.latest_per_cell(runs), tmp_path / "odd.png")
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_rates("odd", latest_per_cell(runs), tmp_path / "odd.png")
     lines = figures[0].axes[0].get_lines()
     step = [line for line in lines if line.get_label() == "matmul_2"]
     assert len(step) == 1 and step[0].get_xdata() == pytest.approx([40.0])
@@ -287,12 +288,13 @@ def _synthetic_ladder(uri: str) -> list:
 
 def test_ladder_bars_show_their_precision_and_tf32_steps_their_vendor_line(tmp_path,
                                                                           monkeypatch):
-    import runner.results.report as report
+    import runner.results.report_plots as plots
+    from runner.results.report_page import latest_per_cell
 
     runs = _synthetic_ladder(f"sqlite:///{tmp_path / 'mlflow.db'}")
     figures = []
-    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
-    report.plot_ladder("ladder", report.latest_per_cell(runs), tmp_path / "ladder.png")
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_ladder("ladder", latest_per_cell(runs), tmp_path / "ladder.png")
     ax = figures[0].axes[0]
     bars = {tick.get_text(): bar for tick, bar in zip(ax.get_xticklabels(), ax.patches)}
     assert list(bars) == ["matmul_8", "matmul_9", "matmul_10", "matmul_11", "matmul_12"]
@@ -316,13 +318,14 @@ def test_ladder_bars_show_their_precision_and_tf32_steps_their_vendor_line(tmp_p
 
 
 def test_an_fp32_ladder_draws_no_tf32_line(tmp_path, monkeypatch):
-    import runner.results.report as report
+    import runner.results.report_plots as plots
+    from runner.results.report_page import latest_per_cell
 
     runs = [r for r in _synthetic_ladder(f"sqlite:///{tmp_path / 'mlflow.db'}")
             if r.data.params["kernel.precision"] == "fp32"]
     figures = []
-    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
-    report.plot_ladder("ladder", report.latest_per_cell(runs), tmp_path / "ladder.png")
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_ladder("ladder", latest_per_cell(runs), tmp_path / "ladder.png")
     ax = figures[0].axes[0]
     assert not ax.collections
     assert [text.get_text() for text in ax.get_legend().get_texts()] == ["FP32", "cuBLAS SGEMM"]
@@ -416,7 +419,8 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     """A TF32 step is shown against cuBLAS TF32 (not its 770% of cuBLAS SGEMM), an FP32 one
     against cuBLAS SGEMM, each row with its SM clock, what was not clean and its commit; the
     rate plot draws cuBLAS TF32 beside cuBLAS SGEMM."""
-    import runner.results.report as report
+    import runner.results.report_plots as plots
+    from runner.results.report_page import latest_per_cell
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -466,7 +470,7 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     assert "| matmul_9 | 4096x4096x4096 | cuda | 51,000 |" not in page
     assert "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)" in page  # the provenance list
     figures = []
-    monkeypatch.setattr(report, "_save", lambda fig, path: figures.append(fig) or path)
-    report.plot_rates("headline", report.latest_per_cell(runs), tmp_path / "rate.png")
+    monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
+    plots.plot_rates("headline", latest_per_cell(runs), tmp_path / "rate.png")
     labels = [line.get_label() for line in figures[0].axes[0].get_lines()]
     assert "cuBLAS TF32" in labels and "cuBLAS SGEMM (CuPy, TF32 off)" in labels

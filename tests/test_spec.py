@@ -164,7 +164,7 @@ def test_matmul_9_overlaps_its_pre_pass_only_where_one_runs(size, params, overla
 
 
 def test_an_overlapping_launch_without_a_wait_in_its_source_is_refused():
-    from runner.run.execute import check_overlap_waits
+    from runner.run.kernel_program import check_overlap_waits
 
     plan = plan_for("matmul_9", size=(1000, 1030, 999))
     with pytest.raises(RunError, match="never runs griddepcontrol.wait"):

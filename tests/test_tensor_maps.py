@@ -12,7 +12,8 @@ from conftest import compose_config
 from runner.backends.base import CompiledProgram
 from runner.config.spec import ProblemSize, TensorMapArg, parse_tensor_map, plan_kernel
 from runner.errors import Refused, RunError
-from runner.run.execute import bind_tensor_map, check_signatures, prepare
+from runner.run.execute import prepare
+from runner.run.kernel_program import bind_tensor_map, check_signatures
 from runner.run.operations import make_problem
 
 KNOWN = {"M", "N", "K", "A", "B", "C", "AP"}

@@ -90,7 +90,7 @@ def inspect_config(cfg):
     from runner.config.preflight import check_kernel_dirs
     from runner.config.spec import ProblemSize, plan_kernel
     from runner.inspect.program import inspect_program
-    from runner.run.execute import check_signatures, compile_once
+    from runner.run.kernel_program import check_signatures, compile_once
 
     check_kernel_dirs(cfg.kernel_dirs)  # a folder that is not there: not the packaged kernel
     plan = plan_kernel(cfg.kernel, ProblemSize(cfg.m, cfg.n, cfg.k))
