@@ -24,6 +24,6 @@ def test_every_local_link_resolves():
 
 
 def test_the_readme_stays_a_guide():
-    assert len(README.splitlines()) <= 370
+    assert len(README.splitlines()) <= 400  # a guide; the detail lives in docs/
     comparing = README.split("## Comparing runs", 1)[1].split("\n## ", 1)[0]
     assert "docs/mlflow-ui.md" in comparing and "./gemmlab-pages/" in comparing
