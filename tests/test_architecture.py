@@ -164,3 +164,49 @@ def test_no_module_of_runner_is_over_max_lines():
             and (lines := len(path.read_text().splitlines())) > MAX_LINES}
     assert not over, "over %d lines: %s" % (MAX_LINES, ", ".join(
         f"{path} ({lines})" for path, lines in sorted(over.items())))
+
+
+# The floors of docs/architecture.md, highest first: a module imports from its own floor or
+# below. The most specific prefix decides; a module directly in runner/ not named here is an
+# entry point (app, cli, ui, report, …).
+FLOORS = {
+    "hydra_plugins": 6, "runner.inspect.command": 6, "runner.inspect.__main__": 6,
+    "runner.sweep": 5, "runner.terminal.summary": 5,
+    "runner.job": 4,
+    "runner.run": 3, "runner.inspect": 3,
+    "runner.record": 2, "runner.results": 2,
+    "runner.config": 1, "runner.backends": 1, "runner.terminal": 1,
+    "runner.errors": 0, "runner.user_cache": 0, "runner": 0,
+}
+MAX_UPWARD = 4  # a fifth import against the direction means a module is on the wrong floor
+
+
+def floor(module: str) -> int:
+    parts = module.split(".")
+    if parts[0] == "runner" and len(parts) == 2 and module not in FLOORS:
+        return 6  # an entry point
+    for end in range(len(parts), 0, -1):
+        if ".".join(parts[:end]) in FLOORS:
+            return FLOORS[".".join(parts[:end])]
+    raise AssertionError(f"{module} is on no floor: add it to FLOORS")
+
+
+def upward_imports(modules: dict[str, Path], graph) -> list[tuple[str, str, int]]:
+    return [(module, target, line) for module, edges in graph.items()
+            for target, line in edges.items() if floor(target) > floor(module)]
+
+
+def test_imports_go_down_the_floors_but_a_few_each_with_its_reason_beside_it():
+    modules = project_modules()
+    upward = upward_imports(modules, import_graph(modules))
+    assert len(upward) <= MAX_UPWARD, upward
+    for module, target, line in upward:
+        source = modules[module].read_text().splitlines()
+        beside = " ".join(source[max(0, line - 2):line])  # the import's line and the one above
+        assert "why" in beside, f"{module} imports {target} (line {line}) against the floors " \
+                                f"without a `# why` comment beside it"
+
+
+def test_an_import_up_the_floors_is_found():
+    graph = {"runner.record.tracking": {"runner.sweep.callback": 3}, "runner.sweep.callback": {}}
+    assert upward_imports({}, graph) == [("runner.record.tracking", "runner.sweep.callback", 3)]

@@ -23,7 +23,8 @@ from runner.config.paths import PACKAGE_DIR, checkout_root
 from runner.record import names, server, spool
 from runner.record.slurm_env import slurm_job_tags, typed_command
 from runner.record.store import check_scheme, ensure_store, holding_signals
-from runner.run.operations import check_tolerance
+from runner.config.measurement import check_tolerance
+# why upward: the record's own opening is a stage of the job, timed as time_s/record_open
 from runner.run.phases import RECORD_OPEN, metric
 from runner.terminal.interrupts import describe, shielded
 
@@ -218,6 +219,7 @@ class _DeferredEnds:
             raise error
 
     def _run(self) -> None:
+        # why upward: the record's writes wait while the job's worker runs (the GIL is shared)
         from runner.job.supervisor import relaying
 
         while True:
