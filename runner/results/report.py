@@ -84,14 +84,16 @@ def _without_out(arguments: list[str]) -> list[str]:
 
 def check_uri(uri: str) -> None:
     """`--uri` checked as the runner checks `tracking.uri`: a bare path (`x.db`) is refused with
-    the sqlite form to give, a server must answer within seconds; NoRuns (one line) if not."""
+    the sqlite form to give, a server must answer within seconds and accept this client (its
+    host, its credentials: runner/record/server.py); NoRuns (one line) if not."""
     from runner.errors import RunError
-    from runner.record.store import check_scheme, probe_server
+    from runner.record.server import check_server, is_server
+    from runner.record.store import check_scheme
 
     try:
         check_scheme(uri)
-        if uri.startswith(("http://", "https://")):
-            probe_server(uri)
+        if is_server(uri):
+            check_server(uri)
     except RunError as error:
         raise recorded.NoRuns(f"--uri {uri}: " + str(error).replace("tracking.uri=", "--uri "))
 
