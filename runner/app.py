@@ -43,7 +43,7 @@ from runner.job.sanitizers import sanitizer_finding, sanitizer_of
 from runner.job.supervisor import run_job
 from runner.record import names
 from runner.record.resume import KEY_TAG, find_measurement, reuse
-from runner.record.server import failure_line, is_server
+from runner.record.server import failure_line, is_server, spool_folder
 from runner.record.store import sqlite_path
 from runner.record.tracking import Recorder, RecordNotOpened, comparable_params, flush_records
 from runner.sweep.context import current_parent_run_id, in_sweep, parent_experiment_id
@@ -186,9 +186,10 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
     backend_name = cfg.backend.name
 
     def where() -> str:  # the run's id: once it is open (every finish() waits for it)
-        if recorder.spooled is not None:  # the server was not answering (runner/sync.py)
-            return (f"{recorder.spooled}, kept until the MLflow server at {recorder.uri} "
-                    "answers (gemmlab sync writes it)")
+        if recorder.spooled is not None or recorder.run_id is None:  # the server was away
+            kept = recorder.spooled or spool_folder(recorder.uri)  # (a deferred end: not yet)
+            return (f"{kept}, kept until the MLflow server at {recorder.uri} answers "
+                    "(gemmlab sync writes it)")
         return (f"MLflow run {recorder.run_id} (experiment '{cfg.tracking.experiment}') "
                 f"in {recorder.uri}")
 

@@ -311,3 +311,25 @@ def test_sync_says_in_one_line_that_a_server_still_does_not_answer(tmp_path):
         os.environ.pop("GEMMLAB_SPOOL")
     done = gemmlab(tmp_path, "sync", spool=spool)
     only_line(done, f"the MLflow server at {uri} does not answer: 1 record(s) stay kept in")
+
+
+def test_a_sweep_none_of_whose_jobs_could_be_recorded_exits_1(tmp_path, monkeypatch):
+    """Every job failed "cannot record" (say, Slurm jobs on nodes without the credentials the
+    submitting shell had): the sweep leaves no empty parent, says so in one line and exits 1,
+    never 0 with nothing recorded. On a real sqlite store, the sweep's own end."""
+    from runner.record.store import ensure_store
+    from runner.record.tracking import experiment_for
+    from runner.sweep import callback
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ensure_store(uri)
+    client = MlflowClient(uri)
+    experiment_id = experiment_for(uri, "gemmlab")
+    parent = client.create_run(experiment_id, run_name="s", tags={names.SWEEP: "true"})
+    monkeypatch.setattr(callback, "_exit_code", 0)
+    sweep = callback.SweepRecorder()
+    sweep._client, sweep._uri, sweep._experiment_id = client, uri, experiment_id
+    sweep._name, sweep._expected, sweep._wall_s, sweep._launcher = "s", 2, 1.0, "BasicLauncher"
+    sweep._write_end(parent.info.run_id, "FINISHED")
+    assert callback.sweep_exit_code() == 1
+    assert client.search_runs([experiment_id]) == []

@@ -50,7 +50,8 @@ def keep(uri: str, kind: str, record_id: str, record: dict) -> Optional[Path]:
     if folder is None:
         return None
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "uri").write_text(str(uri).rstrip("/") + "\n")
+    if not (folder / "uri").exists():  # the same text from every writer (Slurm jobs too)
+        (folder / "uri").write_text(str(uri).rstrip("/") + "\n")
     path = folder / f"{record_id}.{kind}.json"
     record = {"kind": kind, "uri": str(uri), "record_id": record_id,
               "kept_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **record}
