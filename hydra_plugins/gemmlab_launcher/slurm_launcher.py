@@ -95,10 +95,14 @@ class GemmlabSlurmLauncher(SlurmLauncher):
                     console.print(f"gemmlab: {said}")
                 time.sleep(queue.POLL_S)
         except KeyboardInterrupt:
-            said = queue.cancel()
-            console.print(f"gemmlab: {said}; waiting for the running ones to record their end")
             try:
+                said = queue.cancel()
+                console.print(f"gemmlab: {said}; waiting for the running ones to record their "
+                              f"end")
                 queue.wait_until_gone(CANCEL_WAIT_S)
+            except RunError as error:  # Slurm does not answer: say so, the interrupt stands
+                console.print(f"gemmlab: could not cancel the sweep's Slurm jobs (array "
+                              f"{', '.join(queue.array_ids)}): {error}; scancel them")
             except KeyboardInterrupt:  # a second Ctrl-C: the parent closes without waiting
                 pass
             raise
