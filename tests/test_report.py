@@ -194,7 +194,7 @@ def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
     """A shape that is not square (33x17x9 beside 40) is an open marker, not a point on the
     step's line: a line would jump between two sizes that are not a sequence."""
     import runner.results.report_plots as plots
-    from runner.results.report_page import latest_per_cell
+    from runner.results.report_page import best_per_cell
 
     uri, parent_id = store
     runs = [r for r in _sweep_runs(uri, parent_id)
@@ -202,7 +202,7 @@ def test_rate_plot_joins_square_sizes_only(store, tmp_path, monkeypatch):
     assert {(r.data.params["M"], r.data.params["K"]) for r in runs} == {("40", "40"), ("33", "9")}
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
-    plots.plot_rates("odd", latest_per_cell(runs), tmp_path / "odd.png")
+    plots.plot_rates("odd", best_per_cell(runs), tmp_path / "odd.png")
     lines = figures[0].axes[0].get_lines()
     step = [line for line in lines if line.get_label() == "matmul_2"]
     assert len(step) == 1 and step[0].get_xdata() == pytest.approx([40.0])
@@ -289,12 +289,12 @@ def _synthetic_ladder(uri: str) -> list:
 def test_ladder_bars_show_their_precision_and_tf32_steps_their_vendor_line(tmp_path,
                                                                           monkeypatch):
     import runner.results.report_plots as plots
-    from runner.results.report_page import latest_per_cell
+    from runner.results.report_page import best_per_cell
 
     runs = _synthetic_ladder(f"sqlite:///{tmp_path / 'mlflow.db'}")
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
-    plots.plot_ladder("ladder", latest_per_cell(runs), tmp_path / "ladder.png")
+    plots.plot_ladder("ladder", best_per_cell(runs), tmp_path / "ladder.png")
     ax = figures[0].axes[0]
     bars = {tick.get_text(): bar for tick, bar in zip(ax.get_xticklabels(), ax.patches)}
     assert list(bars) == ["matmul_8", "matmul_9", "matmul_10", "matmul_11", "matmul_12"]
@@ -319,13 +319,13 @@ def test_ladder_bars_show_their_precision_and_tf32_steps_their_vendor_line(tmp_p
 
 def test_an_fp32_ladder_draws_no_tf32_line(tmp_path, monkeypatch):
     import runner.results.report_plots as plots
-    from runner.results.report_page import latest_per_cell
+    from runner.results.report_page import best_per_cell
 
     runs = [r for r in _synthetic_ladder(f"sqlite:///{tmp_path / 'mlflow.db'}")
             if r.data.params["kernel.precision"] == "fp32"]
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
-    plots.plot_ladder("ladder", latest_per_cell(runs), tmp_path / "ladder.png")
+    plots.plot_ladder("ladder", best_per_cell(runs), tmp_path / "ladder.png")
     ax = figures[0].axes[0]
     assert not ax.collections
     assert [text.get_text() for text in ax.get_legend().get_texts()] == ["FP32", "cuBLAS SGEMM"]
@@ -420,7 +420,7 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     against cuBLAS SGEMM, each row with its SM clock, what was not clean and its commit; the
     rate plot draws cuBLAS TF32 beside cuBLAS SGEMM."""
     import runner.results.report_plots as plots
-    from runner.results.report_page import latest_per_cell
+    from runner.results.report_page import best_per_cell
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -460,7 +460,7 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     page = build_report(runs, "headline", tmp_path / "page", uri)[0].read_text()
     assert "| matmul_13 | 397,645 (98% cuBLAS TF32) † |" in page
     assert "| matmul_9 | 51,000 (99% cuBLAS SGEMM) |" in page
-    assert ("| matmul_13 | 4096x4096x4096 | 397,645 | cuBLAS TF32 | 404,500 | 98.3 |" in page)
+    assert ("| matmul_13 | 4096x4096x4096 | — | 397,645 | cuBLAS TF32 | 404,500 | 98.3 |" in page)
     assert "| 1,890 MHz | clocks: sw_power_cap | `4788ee4-dirty` |" in page
     assert "| 1,890 MHz | clean | `4788ee4-dirty` |" in page
     assert "770" not in page
@@ -471,6 +471,50 @@ def test_the_tables_carry_the_headline_reference_clock_hygiene_and_commit(tmp_pa
     assert "cuBLAS TF32 (CuPy, CUBLAS_COMPUTE_32F_FAST_TF32)" in page  # the provenance list
     figures = []
     monkeypatch.setattr(plots, "_save", lambda fig, path: figures.append(fig) or path)
-    plots.plot_rates("headline", latest_per_cell(runs), tmp_path / "rate.png")
+    plots.plot_rates("headline", best_per_cell(runs), tmp_path / "rate.png")
     labels = [line.get_label() for line in figures[0].axes[0].get_lines()]
     assert "cuBLAS TF32" in labels and "cuBLAS SGEMM (CuPy, TF32 off)" in labels
+
+
+def _trial(client, experiment: str, tiling: dict, gflops, start: int, size: int = 64,
+           status: str = "ok", tags: dict = None, metrics: dict = None) -> str:
+    """A matmul_3 run as a search records it, started at `start` (ms), without measuring."""
+    run = client.create_run(experiment, start_time=start)
+    params = {"backend.name": "opencl", "kernel.name": "matmul_3", "M": size, "N": size,
+              "K": size, **{f"kernel.params.{k}": v for k, v in tiling.items()}}
+    client.log_batch(
+        run.info.run_id,
+        metrics=[Metric(k, v, 0, 0) for k, v in {
+            **({} if gflops is None else {"perf/gflops": gflops}), **(metrics or {})}.items()],
+        params=[Param(k, str(v)) for k, v in params.items()],
+        tags=[RunTag(k, v) for k, v in {"gemmlab.status": status, "gemmlab.operation": "sgemm",
+                                         "device.name": "CPU", **(tags or {})}.items()])
+    client.set_terminated(run.info.run_id, "FINISHED" if status != "failed" else "FAILED")
+    return run.info.run_id
+
+
+def test_the_page_shows_each_cells_fastest_run_and_its_tiling_not_the_newest(tmp_path):
+    """Issue 58: after a search, the report showed its last trial (TS=16 WPT=16, 7.03) as
+    matmul_3's rate while the sweep's best was TS=8 WPT=8 at 7.5, with no tiling to tell."""
+    from runner.record.tracking import experiment_for
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    experiment = experiment_for(uri, "matmul_3_tuning")
+    _trial(client, experiment, {"TS": 8, "WPT": 8}, 7.5, 1_000)
+    _trial(client, experiment, {"TS": 4, "WPT": 1}, 2.1, 2_000, status="cached")
+    _trial(client, experiment, {"TS": 16, "WPT": 16}, 7.03, 3_000)  # the newest measured
+    _trial(client, experiment, {"TS": 64, "WPT": 32}, None, 4_000, status="failed",
+           tags={"failure_reason": "WPT=32 does not divide"})
+    _trial(client, experiment, {"TS": 16, "WPT": 16}, 3.0, 5_000, size=128)  # another size
+    _trial(client, experiment, {"TS": 8, "WPT": 8}, 2.9, 6_000, size=128)
+    out = tmp_path / "pages"
+    report_main(["--experiment", "matmul_3_tuning", "--uri", uri, "--out", str(out)])
+    page = _page(out, "matmul_3_tuning")
+    assert "| matmul_3 | 64x64x64 | TS=8 WPT=8 | 7.5 |" in page
+    assert "| matmul_3 | 128x128x128 | TS=16 WPT=16 | 3 |" in page
+    assert "| matmul_3 | 7.5 (—) | 3 (—) |" in page  # the summary, 64 and 128 across
+    assert "7.03" not in page and "| 2.1 |" not in page
+    assert ("Each row and cell: the fastest measured run (ok or cached) of each step, size, "
+            "backend and device, by its median rate, with the tiling that made it.") in page
+    assert "WPT=32 does not divide" in page  # the failed trial is still listed as such

@@ -442,20 +442,27 @@ def test_the_tuning_page_compares_the_search_with_the_grid(tmp_path):
     assert ("reached the grid's best (or better) at trial" in text
             or "did not reach the grid's best in 4 trials" in text)
     assert image.stat().st_size > 10_000
+    client = MlflowClient(store)
+    grid = next(p for p in parents(client, "tuning")
+                if p.data.tags["gemmlab.sweep.sweeper"] == "BasicSweeper")
+    fastest = max(children(client, grid), key=lambda r: r.data.metrics["perf/gflops"])
+    tiling = " ".join(f"{k}={fastest.data.params[f'kernel.params.{k}']}" for k in ("TS", "WPT"))
+    assert f"| grid's best | {tiling} |" in text, "the fastest point, not the newest"
 
 
 def _job(kernel: str, m: int, n: int, k: int, rate: float, backend: str = "opencl",
          operation: str = "sgemm", precision: str = "fp32", metrics: Optional[dict] = None,
-         tags: Optional[dict] = None):
+         tags: Optional[dict] = None, tiling: Optional[dict] = None, start: int = 1):
     """A recorded job as MLflow returns it, without a store."""
     from mlflow.entities import Metric, Param, Run, RunData, RunInfo, RunTag
 
     metric = "perf/gflops" if operation == "sgemm" else "bw/gbps"
     info = RunInfo(run_id=f"{kernel}{backend}{m}{n}{k}{rate}", experiment_id="1",
-                   user_id="", status="FINISHED", start_time=1, end_time=2,
+                   user_id="", status="FINISHED", start_time=start, end_time=start + 1,
                    lifecycle_stage="active")
     params = {"kernel.name": kernel, "backend.name": backend, "M": m, "N": n, "K": k,
-              "kernel.precision": precision}
+              "kernel.precision": precision,
+              **{f"kernel.params.{name}": v for name, v in (tiling or {}).items()}}
     tags = {"gemmlab.status": "ok", "gemmlab.operation": operation, "device.name": "CPU",
             **(tags or {})}
     metrics = {metric: rate, **(metrics or {})}
@@ -747,3 +754,32 @@ def test_the_summary_keeps_brackets_in_reasons(capsys):
     print_sweep_summary(SweepSummary.of([failed]), 1, "[x] sweep", "p", "sqlite:///m.db")
     out = capsys.readouterr().out
     assert f"1 × failed: {reason}" in out
+
+
+def test_the_summaries_name_the_fastest_job_of_each_cell_its_tiling_and_how_they_pick(capsys):
+    """Issue 58: the terminal's table, the parent's description and its size × kernel table
+    all show the fastest measured job of each kernel, size and backend with its tiling (a
+    later, slower trial never replaces it), and each says how it picks."""
+    from runner.sweep.summary import SweepSummary, description, print_sweep_summary
+
+    jobs = [_job("matmul_3", 64, 64, 64, 7.5, tiling={"TS": 8, "WPT": 8}, start=1),
+            _job("matmul_3", 64, 64, 64, 7.03, tiling={"TS": 16, "WPT": 16}, start=9),
+            _job("matmul_3", 64, 64, 64, 7.9, tiling={"TS": 32, "WPT": 8}, start=5,
+                 tags={"gemmlab.status": "refused"}),  # no measurement, whatever its metric
+            _job("matmul_3", 64, 64, 64, 6.0, "cuda", tiling={"TS": 4, "WPT": 4}, start=3)]
+    summary = SweepSummary.of(jobs)
+    assert {cell: summary.best[cell].data.params["kernel.params.TS"]
+            for cell in summary.best} == {("matmul_3", "64x64x64", "opencl", "CPU"): "8",
+                                          ("matmul_3", "64x64x64", "cuda", "CPU"): "4"}
+    print_sweep_summary(summary, 4, "search", "p", "sqlite:///m.db")
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if "opencl" in line and "matmul_3" in line)
+    assert "TS=8 WPT=8" in row and "7.5 GFLOPS" in row
+    assert "7.03" not in out and "7.9" not in out
+    assert ("best: the fastest measured run (ok or cached) of each step, size, backend and "
+            "device, by its median rate") in " ".join(out.split())
+    text = description("search", summary, 4, ["CPU"])
+    assert "| matmul_3 | 64x64x64 | opencl | CPU | TS=8 WPT=8 | 7.5 GFLOPS |" in text
+    assert "(the fastest measured run (ok or cached) of each step" in text
+    assert "(GFLOPS), the fastest measured job (ok or cached) by its median rate," in text
+    assert "| 64³ | 6 | **★ 7.5** |" in text  # columns: matmul_3 cuda, matmul_3 opencl

@@ -11,6 +11,12 @@ from typing import Mapping, Optional
 
 from runner.config.measurement import NOISE_LIMIT
 from runner.record import names
+from runner.results.runs import MEASURED
+
+# How every page and table picks the run it shows for a step, size, backend and device
+# (best_runs): said on each of them in these words.
+BEST_RULE = ("the fastest measured run (ok or cached) of each step, size, backend and device, "
+             "by its median rate")
 
 
 def is_gemm(run) -> bool:
@@ -42,6 +48,27 @@ def tiling(run) -> str:
     return " ".join(f"{key.rsplit('.', 1)[-1]}={value}"
                     for key, value in sorted(run.data.params.items())
                     if key.startswith(names.KERNEL_PARAMS_PREFIX))
+
+
+def cell(run) -> tuple[str, str, str, str]:
+    """(kernel, size label, backend, device): the runs whose rates compete for one best."""
+    return (run.data.params.get(names.KERNEL_NAME, "?"), size_label(run),
+            run.data.params.get(names.BACKEND_NAME, "?"), run.data.tags.get(names.DEVICE_NAME, "?"))
+
+
+def best_runs(runs) -> dict:
+    """cell -> its best run (BEST_RULE): the highest rate among the measured runs (ok or
+    cached) with a rate, the newest of equal ones. Never the newest for being the newest: a
+    search's last trial is not its best (issue 58)."""
+    best: dict = {}
+    for run in sorted(runs, key=lambda r: -(r.info.start_time or 0)):
+        value = rate(run)
+        if value is None or status(run) not in MEASURED:
+            continue
+        held = best.get(cell(run))
+        if held is None or value > rate(held):
+            best[cell(run)] = run
+    return best
 
 
 def status(run) -> str:

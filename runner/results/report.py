@@ -7,7 +7,8 @@
 Pages go to ./gemmlab-pages/ (printed) unless `--out` names a folder; the project's own pages
 in docs/ are rewritten only when `--out docs/…` is given.
 
-For each backend and device: the latest finished run of every kernel and size, with its rate,
+For each backend and device: the fastest measured run of every kernel and size (by its rate,
+never merely the newest), with its tiling, its rate,
 its % of the vendor library of its own precision in the same run (cuBLAS TF32 for a TF32 step,
 cuBLAS SGEMM for FP32 and 3xTF32, numpy on a CPU, the device copy for copies), registers,
 spills, shared memory, error, the SM clock and whether the GPU or host was clean, and the
@@ -30,7 +31,7 @@ from typing import Optional
 
 from runner.record import names
 from runner.results import runs as recorded
-from runner.results.report_page import failures, latest_per_cell, render_markdown, sweep_lines
+from runner.results.report_page import best_per_cell, failures, render_markdown, sweep_lines
 from runner.results.report_plots import PLOTS
 from runner.results.runs import as_read_from  # noqa: F401 (read by the tests from here)
 
@@ -40,21 +41,20 @@ def _stem(text: str) -> str:
 
 
 def build_report(runs: list, title: str, out_dir: Path, uri: str, *, name: Optional[str] = None,
-                 command: Optional[str] = None, best: bool = False,
-                 ceilings: Optional[dict] = None) -> list[Path]:
+                 command: Optional[str] = None, ceilings: Optional[dict] = None) -> list[Path]:
     """Write `<out_dir>/<name>.md` and its PNGs for these runs; return every file, page first.
 
     `runs` are `mlflow.entities.Run` in any order (sweep parents are left out); `name` defaults
     to `title` made file-safe; `uri` is where they were read (quoted, and used to look up the
-    names of their sweeps); `best` shows the fastest run per step and size rather than the
-    newest (a sweep's page); `ceilings` (device name -> recorded ceilings, `runs.ceilings`) adds
-    each step against its pipe's ceiling. Sets no global MLflow state."""
+    names of their sweeps); each step and size shows its fastest measured run (BEST_RULE of
+    runner/results/records.py); `ceilings` (device name -> recorded ceilings, `runs.ceilings`)
+    adds each step against its pipe's ceiling. Sets no global MLflow state."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = _stem(name or title)
     runs = sorted((r for r in runs if r.data.tags.get(names.SWEEP) != "true"),
                   key=lambda r: -r.info.start_time)
-    table = latest_per_cell(runs, best=best)
+    table = best_per_cell(runs)
     images = []
     for suffix, caption, plot in PLOTS:
         written = plot(title, table, out_dir / f"{stem}-{suffix}.png") if table else None

@@ -1,8 +1,8 @@
-"""A report's Markdown page (runner/results/report.py builds it with its plots): the latest (or
-best) finished run per step and size for each backend and device, with its rate, its % of the
+"""A report's Markdown page (runner/results/report.py builds it with its plots): the best
+measured run per step and size for each backend and device, its tiling, its rate, its % of the
 vendor library of its own precision, its resources, error, clock, hygiene and commit; the sweeps
 the runs came from; each step against its pipe's ceiling and its energy where recorded; failed
-and refused runs with their reasons. Also the table the plots draw from (`latest_per_cell`) and
+and refused runs with their reasons. Also the table the plots draw from (`best_per_cell`) and
 the order and format both use (`step_key`, `size_key`, `fmt_rate`, `unit_of`,
 `largest_common_size`)."""
 
@@ -13,6 +13,8 @@ from typing import Optional
 
 from runner.record import names
 from runner.results import runs as recorded
+from runner.results.records import BEST_RULE
+from runner.results.records import best_runs as _best_runs
 from runner.results.records import clock as _clock
 from runner.results.records import commit as _commit
 from runner.results.records import hygiene as _hygiene
@@ -22,7 +24,8 @@ from runner.results.records import rate as _rate
 from runner.results.records import reference as _reference
 from runner.results.records import size_label as _size_label
 from runner.results.records import status
-from runner.results.runs import MEASURED, provenance
+from runner.results.records import tiling as _tiling
+from runner.results.runs import provenance
 
 STATUSES = ("ok", "refused", "failed", "cached")
 
@@ -49,19 +52,12 @@ def unit_of(is_gemm: bool) -> str:
     return "GFLOPS" if is_gemm else "GB/s"
 
 
-def latest_per_cell(runs, best: bool = False) -> dict:
-    """(backend, device) -> {(kernel, size label): newest measured run (ok or cached)}; with
-    `best`, the fastest instead (a tiling sweep: its best configuration per step and size)."""
+def best_per_cell(runs) -> dict:
+    """(backend, device) -> {(kernel, size label): its best run} (records.best_runs: the
+    fastest measured run, ok or cached, by its rate; never merely the newest)."""
     table = defaultdict(dict)
-    for run in sorted(runs, key=lambda r: -r.info.start_time):
-        if status(run) not in MEASURED:
-            continue
-        params = run.data.params
-        key = (params.get(names.BACKEND_NAME, "?"), run.data.tags.get(names.DEVICE_NAME, "?"))
-        cell = (params.get(names.KERNEL_NAME, "?"), _size_label(run))
-        held = table[key].get(cell)
-        if held is None or (best and (_rate(run) or 0) > (_rate(held) or 0)):
-            table[key][cell] = run
+    for (kernel, size, backend, device), run in _best_runs(runs).items():
+        table[(backend, device)][(kernel, size)] = run
     return dict(table)
 
 
@@ -243,7 +239,8 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
              "run that verified its result first; the vendor baseline ran in the same run, on "
              "the same device and data. A step's time covers all its launches, a pre-pass or a "
              "pass that sums split-K slices included. Cached rows reuse the metrics of an "
-             "earlier run.", ""]
+             "earlier run.", "", f"Each row and cell: {BEST_RULE}, with the tiling that made it.",
+             ""]
     lines += sweeps or []
     lines += summary_table(table)
     for caption, name in images or []:
@@ -255,11 +252,11 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
                   *provenance(list(cells.values()), uri, commands_label="command(s)"), ""]
         units = {unit_of(_is_gemm(r)) for r in cells.values()}
         rate = units.pop() if len(units) == 1 else "rate"
-        lines += [f"| step | size | {rate} | reference | reference {rate} | % of reference | "
-                  "time ms (median) | registers | spill bytes | shared bytes | error | "
-                  "SM clock | GPU/host | commit |",
-                  "| --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | "
-                  "---: | --- | --- |"]
+        lines += [f"| step | size | tiling | {rate} | reference | reference {rate} | "
+                  "% of reference | time ms (median) | registers | spill bytes | shared bytes | "
+                  "error | SM clock | GPU/host | commit |",
+                  "| --- | --- | --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | "
+                  "--- | ---: | --- | --- |"]
         for (kernel, size), run in sorted(cells.items(),
                                           key=lambda c: (step_key(c[0][0]), size_key(c[0][1]))):
             m = run.data.metrics
@@ -269,7 +266,7 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
                 step += f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`)"
             reference = _reference(run)
             lines.append(
-                f"| {step} | {size} | {fmt_rate(_rate(run))} | "
+                f"| {step} | {size} | {_tiling(run) or '—'} | {fmt_rate(_rate(run))} | "
                 f"{reference.name if reference else '—'} | "
                 f"{fmt_rate(reference.rate if reference else None)} | "
                 f"{_fmt(reference.pct if reference else None, '.1f')} | "

@@ -1,7 +1,7 @@
 """A report's plots, one PNG each and only where there is data: rate against size with the
 vendor's line, the ladder as bars with % of vendor, registers and spills per step, OpenCL
 against CUDA on the same device. Each takes the table of runs the page is built from
-(runner/results/report_page.py, `latest_per_cell`)."""
+(runner/results/report_page.py, `best_per_cell`)."""
 
 import textwrap
 from collections import defaultdict

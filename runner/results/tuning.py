@@ -5,7 +5,8 @@
 Reads the newest Optuna sweep and the newest grid sweep (Hydra's basic sweeper) of the
 experiment, both recorded as parent runs with their jobs as children, and writes a page and a
 plot: the best rate so far against the trial number, the grid's best as a line, the trial that
-first reaches it (or does better), and the two sweeps' sizes.
+first reaches it (or does better), and the two sweeps' sizes. Each best is a sweep's fastest
+measured run (records.BEST_RULE) at one step, size, backend and device, with its tiling.
 """
 
 import argparse
@@ -20,7 +21,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from runner.record import names
 from runner.results import runs as recorded  # noqa: E402
+from runner.results.runs import MEASURED
+from runner.results.records import BEST_RULE
+from runner.results.records import best_runs as _best_runs
+from runner.results.records import cell as _cell
 from runner.results.records import rate as _rate  # noqa: E402
+from runner.results.records import rate_text as _rate_text
 from runner.results.records import status
 from runner.results.records import tiling as _tiling
 
@@ -118,14 +124,30 @@ def trials_in_order(client, parent) -> list:
     return sorted(runs, key=lambda run: run.info.start_time)
 
 
-def best_so_far(trials: list) -> list[Optional[float]]:
+def best_so_far(trials: list, where: Optional[tuple] = None) -> list[Optional[float]]:
+    """The best rate after each trial, counting only the trials measured at `where` (a
+    records.cell: step, size, backend, device) when given."""
     best, curve = None, []
     for trial in trials:
-        rate = _rate(trial) if status(trial) in ("ok", "cached") else None
+        rate = _rate(trial) if status(trial) in MEASURED and where in (None, _cell(trial)) \
+            else None
         if rate is not None and (best is None or rate > best):
             best = rate
         curve.append(best)
     return curve
+
+
+def bests(points: list, trials: list) -> tuple:
+    """(the grid's best, the search's best or None, whether they are of one cell): each sweep's
+    fastest measured run (records.best_runs) at the step, size, backend and device where the
+    search did best among those the grid measured too; else each sweep's fastest anywhere."""
+    grid, search = _best_runs(points), _best_runs(trials)
+    shared = [where for where in search if where in grid]
+    if shared:
+        where = max(shared, key=lambda c: _rate(search[c]))
+        return grid[where], search[where], True
+    return (max(grid.values(), key=_rate), max(search.values(), key=_rate, default=None),
+            False)
 
 
 def _refused_trials(trials: list) -> str:
@@ -141,15 +163,13 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     search = newest_sweep(client, experiment_id, SEARCH, experiment, uri)
     grid = newest_sweep(client, experiment_id, GRID, experiment, uri, search)
     trials, points = trials_in_order(client, search), trials_in_order(client, grid)
-    measured = [run for run in points if status(run) in ("ok", "cached") and _rate(run)]
+    measured = [run for run in points if status(run) in MEASURED and _rate(run)]
     if not measured:
         raise recorded.NoRuns("the grid sweep has no measured point")
-    grid_best = max(measured, key=_rate)
-    curve = best_so_far(trials)
+    grid_best, search_best, shared = bests(points, trials)
+    curve = best_so_far(trials, _cell(grid_best) if shared else None)
     reached = next((i + 1 for i, best in enumerate(curve)
                     if best is not None and best >= _rate(grid_best)), None)
-    search_best = max((t for t in trials if status(t) in ("ok", "cached") and _rate(t)),
-                      key=_rate, default=None)
     unit = "GFLOPS" if names.GFLOPS in grid_best.data.metrics else "GB/s"
     device = grid_best.data.tags.get(names.DEVICE_NAME, "?")
     refused = sum(status(run) == "refused" for run in points)
@@ -161,7 +181,7 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
     ax.step(xs, [best for best in curve if best is not None], where="post",
             label="Optuna (TPE): best so far")
     scored = [(i + 1, _rate(t)) for i, t in enumerate(trials)
-              if status(t) in ("ok", "cached") and _rate(t)]
+              if status(t) in MEASURED and _rate(t)]
     ax.scatter([x for x, _ in scored], [y for _, y in scored], s=14, color="tab:blue",
                alpha=0.5, label="a measured trial (refused trials have no point)")
     ax.set_xlim(0, len(trials) + 1)
@@ -195,13 +215,16 @@ def compare(uri: str, experiment: str, out: Path) -> list[Path]:
         f"({len(scored)} measured, {_refused_trials(trials)}), "
         f"`{search.data.tags.get(names.COMMAND, '?')}`", "",
         "| | configuration | rate | % of vendor |", "| --- | --- | ---: | ---: |",
-        f"| grid's best | {_tiling(grid_best)} | {_rate(grid_best):,.0f} {unit} | "
+        f"| grid's best | {_tiling(grid_best)} | {_rate_text(_rate(grid_best), unit)} | "
         f"{grid_best.data.metrics.get(names.PCT_OF_VENDOR, float('nan')):.1f} |",
     ]
     if search_best is not None:
-        lines.append(f"| search's best | {_tiling(search_best)} | {_rate(search_best):,.0f} "
-                     f"{unit} | "
+        lines.append(f"| search's best | {_tiling(search_best)} | "
+                     f"{_rate_text(_rate(search_best), unit)} | "
                      f"{search_best.data.metrics.get(names.PCT_OF_VENDOR, float('nan')):.1f} |")
+    lines += ["", f"Best: {BEST_RULE}" + (
+        "; both sweeps' at the same step, size, backend and device." if shared else
+        "; the two sweeps measured no step, size, backend and device in common: each its own.")]
     lines += ["", (f"The search reached the grid's best (or better) at trial **{reached}** of "
                    f"{len(trials)}, against the grid's {len(points)} points."
                    if reached else

@@ -14,7 +14,7 @@ def log_report(client, parent: str, summary: SweepSummary, name: str, uri: str) 
 
     with tempfile.TemporaryDirectory() as folder:
         written = build_report(summary.runs, name, Path(folder), uri,
-                               name="sweep", best=True,
+                               name="sweep",
                                command="python -m runner " + " ".join(sys.argv[1:]))
         for path in written:
             client.log_artifact(parent, str(path), "report")

@@ -11,6 +11,8 @@ from typing import Any, Optional
 from rich.markup import escape
 
 from runner.record import names
+from runner.results.records import BEST_RULE
+from runner.results.records import best_runs as _best_runs
 from runner.results.records import clock as _clock
 from runner.results.records import hygiene as _hygiene
 from runner.results.records import is_series as _is_series
@@ -36,7 +38,8 @@ class SweepSummary:
     runs: list
     counts: Counter = field(default_factory=Counter)
     reasons: Counter = field(default_factory=Counter)  # "refused: …" / "failed: …" -> count
-    best: dict = field(default_factory=dict)  # (kernel, size, backend, device) -> run
+    # (kernel, size, backend, device) -> its fastest measured run (records.best_runs)
+    best: dict = field(default_factory=dict)
     ended: Optional[str] = None  # how the sweep ended before its jobs did ("interrupted by …")
     resumable: bool = False  # an interrupted sweep: the same command runs what is left
     # Why the jobs without a run never ran, where the launcher knows (Slurm cancelled them).
@@ -58,14 +61,7 @@ class SweepSummary:
                 reason = run.data.tags.get(names.FAILURE_REASON, run.info.status)
                 summary.reasons[f"{status}: {reason}"] += 1
                 continue
-            rate = _rate(run)
-            if rate is None:
-                continue
-            cell = (run.data.params.get(names.KERNEL_NAME, "?"), _size(run),
-                    run.data.params.get(names.BACKEND_NAME, "?"),
-                    run.data.tags.get(names.DEVICE_NAME, "?"))
-            if cell not in summary.best or rate > _rate(summary.best[cell]):
-                summary.best[cell] = run
+        summary.best = _best_runs(runs)
         return summary
 
     def ordered_best(self) -> list:
@@ -124,7 +120,7 @@ class SweepSummary:
         """The best configuration per kernel and size, and the counts: the parent run's
         description, the first thing its page in the MLflow UI shows."""
         heading = "Best configuration per kernel and size:"
-        lines = [heading, "",
+        lines = [heading, f"({BEST_RULE}, with its tiling)", "",
                  "| kernel | size | backend | device | tiling | rate | % of reference |",
                  "| --- | --- | --- | --- | --- | ---: | ---: |"]
         for (kernel, size, backend, device), run in self.ordered_best():
@@ -197,9 +193,9 @@ def size_by_kernel(summary: SweepSummary) -> list[str]:
     units = {_unit(run) for run in cells.values()}
     one_unit = len(units) == 1
     unit_text = next(iter(units)) if one_unit else "GFLOPS, or GB/s for copies"
-    lines = [f"**Best rate per size** ({unit_text}) and its % of the vendor library of the "
-             "step's own precision (cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 and "
-             "3xTF32); ★ the fastest at the size; † not clean while timed: the GPU or host "
+    lines = [f"**Best rate per size** ({unit_text}), the fastest measured job (ok or cached) "
+             "by its median rate, and its % of the vendor library of the step's own precision "
+             "(cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 and 3xTF32); ★ the fastest at the size; † not clean while timed: the GPU or host "
              "busy or held back, or the samples too noisy (below).", "",
              "| size | " + " | ".join(columns) + " |",
              "| --- |" + " ---: |" * len(columns)]
@@ -282,7 +278,7 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
     from runner.terminal.summary import console, log_console
 
     table = Table(title=f"{escape(parent_name)}: best configuration per kernel and size",
-                  title_justify="left")
+                  title_justify="left", caption=f"best: {BEST_RULE}", caption_justify="left")
     any_cached = any(_status(run) == "cached" for run in summary.best.values())
     columns = [("kernel", "left"), ("size", "left"), ("backend", "left"), ("device", "left"),
                ("tiling", "left"), ("rate", "right"), ("% of reference", "right")]
