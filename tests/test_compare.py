@@ -157,3 +157,83 @@ def test_an_a_a_compare_beside_busy_work_is_no_difference(tmp_path, capsys):
     assert "shared" in hygiene, hygiene
     code, out, _ = run_compare(uri, first, second, capsys=capsys)
     assert code == 0 and "2 pairs: 0 FASTER, 0 SLOWER" in out, out
+
+
+# ---------------------------------------------------------------- a store made by hand
+
+def recorded_store(tmp_path, pairs: dict) -> str:
+    """Experiments `a` and `b` in a new store, one run per kernel on each side: `pairs` maps a
+    kernel to (device type, A's samples, B's samples, or "reused" for a B cached from A's run),
+    each run recorded as the runner records one (status, device, size, samples)."""
+    import numpy as np
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    sides = {side: client.create_experiment(side) for side in ("a", "b")}
+    for kernel, (device_type, a_ms, b_ms) in pairs.items():
+        made = {}
+        for side, samples in (("a", a_ms), ("b", b_ms)):
+            cached = isinstance(samples, str)
+            tags = {names.STATUS: "cached" if cached else "ok", names.DEVICE_TYPE: device_type,
+                    names.DEVICE_NAME: f"a {device_type}"}
+            if cached:
+                tags[names.REUSED_FROM] = made["a"]
+                samples = a_ms
+            run = client.create_run(sides[side], tags=tags)
+            for key, value in ((names.KERNEL_NAME, kernel), (names.BACKEND_NAME, "opencl"),
+                               (names.M, 128), (names.N, 128), (names.K, 128)):
+                client.log_param(run.info.run_id, key, value)
+            client.log_metric(run.info.run_id, names.TIME_MS_MEDIAN, float(np.median(samples)))
+            if not cached:  # a cached run holds no samples of its own: its source's are read
+                client.log_text(run.info.run_id, "".join(f"{v:.6f}\n" for v in samples),
+                                names.SAMPLES_ARTIFACT)
+            client.set_terminated(run.info.run_id)
+            made[side] = run.info.run_id
+    return uri
+
+
+def test_what_a_cpu_compare_can_and_cannot_tell(tmp_path, capsys):
+    """Issue 58, point 5, on a store whose answers are known: on the CPU's run-to-run floor
+    (200%) the same code twice, a 0.844x pair with p ≈ 0.001 and a 1.3x pair are UNCLEAR with
+    the reason, never "SAME within ±200%"; a pair whose B reused A's measurement is REUSED with
+    no ratio; on a GPU's 3% floor the same code is SAME and 1.3x FASTER."""
+    import numpy as np
+
+    rng = np.random.default_rng(58)
+
+    def around(median_ms, count=20):
+        return median_ms * (1 + rng.normal(0, 0.01, count))
+
+    same = around(1.0)
+    uri = recorded_store(tmp_path, {
+        "matmul_1": ("cpu", same, around(1.0)),
+        "matmul_2": ("cpu", same, rng.permutation(same) / 0.844),
+        "matmul_3": ("cpu", same, "reused"),
+        "matmul_4": ("cpu", same, rng.permutation(same) / 1.3),
+        "matmul_5": ("gpu", same, around(1.0)),
+        "matmul_6": ("gpu", same, rng.permutation(same) / 1.3),
+    })
+    code, out, _ = run_compare(uri, "a", "b", "--out", str(tmp_path / "c.md"), capsys=capsys)
+    assert code == 0
+    page = (tmp_path / "c.md").read_text()
+    rows = {line.split("|")[1].strip(): line for line in page.splitlines()
+            if line.startswith("| matmul_")}
+    for kernel in ("matmul_1", "matmul_2", "matmul_4"):
+        assert "**UNCLEAR**" in rows[kernel], rows[kernel]
+        assert "cannot tell: the same code drifts up to ±200% between runs here (cpu " \
+               "run-to-run floor 200%)" in rows[kernel]
+    assert "0.844x" in rows["matmul_2"] and "within ±200%" not in page
+    assert "**REUSED**" in rows["matmul_3"] and "| — | — | — |" in rows["matmul_3"], rows["matmul_3"]
+    assert "B reused A's measurement" in rows["matmul_3"]
+    assert "1.300x" in rows["matmul_4"]
+    assert "**SAME**" in rows["matmul_5"] and "**FASTER**" in rows["matmul_6"]
+    assert "6 pairs: 1 FASTER, 0 SLOWER, 1 SAME, 3 UNCLEAR, 1 REUSED" in out, out
+    # B against itself (the sweep cached whole): every pair REUSED, no speed to average.
+    code, out, _ = run_compare(uri, "b", "b", "--log", capsys=capsys)
+    assert "6 pairs: 0 FASTER, 0 SLOWER, 0 SAME, 0 UNCLEAR, 6 REUSED; B/A speed — (no pair " \
+           "compared)" in out, out
+    client = MlflowClient(uri)
+    (logged,) = client.search_runs([client.get_experiment_by_name(
+        names.COMPARE_EXPERIMENT).experiment_id])
+    assert logged.data.metrics["compare/reused"] == 6
+    assert names.COMPARE_GEOMEAN_SPEEDUP not in logged.data.metrics

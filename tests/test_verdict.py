@@ -9,6 +9,7 @@ from runner.record import names
 from runner.results import verdict as verdicts
 from runner.results.verdict import (
     FASTER,
+    REUSED,
     RUN_TO_RUN_FLOOR,
     SAME,
     SLOWER,
@@ -19,6 +20,7 @@ from runner.results.verdict import (
     judge,
     min_effect_for,
     qualified,
+    reused,
     unclean_note,
     with_hygiene,
 )
@@ -186,13 +188,53 @@ def test_a_same_at_a_raised_min_effect_says_how_coarse(floors):
     rng = np.random.default_rng(14)
     same = judge(*(gpu_like(rng, 1.0) for _ in range(2)))
     assert qualified(same, min_effect_for(0.05, ["gpu"])) is same, "the user's own δ"
-    coarse = qualified(same, min_effect_for(0.02, ["cpu"]))
-    assert coarse.verdict == SAME and coarse.note == "the same within ±50%, not ±2%"
-    # The vendor baseline 365 times slower on one side: no SAME can mean anything at that δ.
+    # Raised by the vendor baseline's drift to 6%, inside SAME_MAX_EFFECT: SAME, and how coarse.
+    coarse = qualified(same, min_effect_for(0.02, ["gpu"], [("128", 1.0, 1.06)]))
+    assert coarse.verdict == SAME and coarse.note == "the same within ±6%, not ±2%"
+    # Raised to the CPU's floor (50% here): no SAME, and the reason in words.
+    wide = qualified(same, min_effect_for(0.02, ["cpu"]))
+    assert wide.verdict == UNCLEAR and wide.speedup == same.speedup
+    assert wide.note.startswith("cannot tell: the same code drifts up to ±50% between runs "
+                                "here (cpu run-to-run floor 50%), so no change within 1.5x")
+    # The vendor baseline 365 times slower on one side: the drift named as the reason.
     vacuous = qualified(same, min_effect_for(0.02, ["cpu"], [("128", 15.8, 0.0433)]))
-    assert vacuous.verdict == UNCLEAR and "too wide for SAME" in vacuous.note
+    assert vacuous.verdict == UNCLEAR and "the vendor baseline's drift" in vacuous.note
     faster = judge(gpu_like(rng, 1.0), gpu_like(rng, 0.1))
-    assert qualified(faster, min_effect_for(0.02, ["cpu"])) is faster
+    assert qualified(faster, min_effect_for(0.02, ["cpu"])) is faster, "beyond δ: it stands"
+
+
+def test_a_wide_floor_never_says_same():
+    """Issue 58: two CPU sweeps, matmul_2 at 128 0.844x with p = 0.001, read "SAME, the same
+    within ±200%"; at the CPU's measured floor a 2.9x slowdown read SAME too. Both UNCLEAR,
+    saying why; a 5x step is beyond the floor and still FASTER."""
+    effect = min_effect_for(0.02, ["cpu"])
+    assert effect.value == RUN_TO_RUN_FLOOR["cpu"] > verdicts.SAME_MAX_EFFECT
+    rng = np.random.default_rng(15)
+    a = gpu_like(rng, 1.0, count=20)
+    for slower in (1 / 0.844, 2.9):
+        b = gpu_like(rng, slower, count=20)
+        judged = judge(a, b, Thresholds(min_effect=effect.value))
+        assert judged.p_value < 0.01 and judged.verdict == SAME, "what it said before"
+        told = qualified(judged, effect)
+        assert told.verdict == UNCLEAR and "cpu run-to-run floor" in told.note, told
+        assert "the same within" not in told.note
+    unclear_already = qualified(judge(a, a * rng.uniform(0.5, 2, a.size),
+                                      Thresholds(min_effect=effect.value)), effect)
+    assert unclear_already.verdict == UNCLEAR and "cannot tell" in unclear_already.note
+    five = judge(a, gpu_like(rng, 0.2, count=20), Thresholds(min_effect=effect.value))
+    assert qualified(five, effect).verdict == FASTER
+
+
+def test_one_measurement_on_both_sides_is_reused():
+    a, b, c = "a" * 32, "b" * 32, "c" * 32
+    assert reused(a, {}, b, {}) == "", "two measurements"
+    assert reused(a, {}, b, {names.REUSED_FROM: c}) == "", "B is C's measurement, not A's"
+    assert reused(a, {}, b, {names.REUSED_FROM: a}).startswith(
+        "B reused A's measurement (run aaaaaaaa): one measurement, nothing compared")
+    assert reused(a, {names.REUSED_FROM: b}, b, {}).startswith("A reused B's measurement")
+    assert reused(a, {names.REUSED_FROM: c}, b, {names.REUSED_FROM: c}).startswith(
+        "A and B both reused run cccccccc")
+    assert REUSED in verdicts.VERDICTS
 
 
 # ---------------------------------------------------------------- a side beside other work

@@ -113,7 +113,7 @@ SWEEP_EXPECTED_JOBS = "sweep.expected_jobs"
 
 # `gemmlab compare --log`: a run of its own in the experiment COMPARE_EXPERIMENT.
 COMPARE_PAIRS = "compare/pairs"
-COMPARE_COUNT_PREFIX = "compare/"  # + faster, slower, same, unclear: how many pairs each
+COMPARE_COUNT_PREFIX = "compare/"  # + faster, slower, same, unclear, reused: pairs of each
 COMPARE_GEOMEAN_SPEEDUP = "compare/geomean_speedup"
 
 # ---------------------------------------------------------------- artifacts

@@ -23,8 +23,10 @@ type's run-to-run floor (GPU 3%; CPU 200%, i.e. 3x) and the vendor baseline's dr
 and B (the same library on the same problem, measured in each run: an A/A measurement taken at
 the moments A and B ran). The table's caption says which set it. A side measured beside other
 work (host.hygiene not clean, gpu.hygiene shared or throttled) is UNCLEAR unless the difference
-is beyond 3x. Measured on a 2-vCPU Xeon with PoCL, 10 pairs of A/A sweeps (matmul_1..3 at
-128 and 192) on a clean host: 28 FASTER or SLOWER of 60 at the old fixed 2%, none now; with
+is beyond 3x. A SAME needs δ within ±10%: at a wider one (the CPU's floor) the pair is UNCLEAR
+with the reason in its note. A pair whose two sides are one measurement (B cached from A) is
+REUSED, with no ratio. Measured on a 2-vCPU Xeon with PoCL, 10 pairs of A/A sweeps (matmul_1..3
+at 128 and 192) on a clean host: 28 FASTER or SLOWER of 60 at the old fixed 2%, none now; with
 the host shared by a test suite, 19 of 36 then, none now; matmul_1 against matmul_3 at 64
 (5x apart) FASTER in 20 of 20 sweeps (docs/methodology.md#is-b-faster-than-a).
 
@@ -39,6 +41,7 @@ import math
 import os
 import re
 import shlex
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -50,7 +53,9 @@ from runner.results import records
 from runner.results import runs as recorded
 from runner.results.verdict import (
     FASTER,
+    REUSED,
     SAME,
+    SAME_MAX_EFFECT,
     SLOWER,
     UNCLEAR,
     VERDICTS,
@@ -58,8 +63,10 @@ from runner.results.verdict import (
     Thresholds,
     Verdict,
     judge,
+    measurement_of,
     min_effect_for,
     qualified,
+    reused,
     unclean_note,
     with_hygiene,
 )
@@ -68,7 +75,7 @@ PAIR_FIELDS = ("kernel", "params", "size", "backend", "device")
 # Tags that say how a vendor baseline went rather than what it was (the latter's older name):
 # two baselines that differ only in these are still the same code, the same setting.
 _VENDOR_OUTCOME_TAGS = (names.VENDOR_UNUSABLE, "vendor.noisy")
-_STATUS_COLOURS = {FASTER: "green", SLOWER: "red", SAME: "", UNCLEAR: "yellow"}
+_STATUS_COLOURS = {FASTER: "green", SLOWER: "red", SAME: "", UNCLEAR: "yellow", REUSED: "yellow"}
 
 
 @dataclass
@@ -251,7 +258,7 @@ def pair_runs(a: Selection, b: Selection, pair_by: tuple) -> tuple[list, list, l
 
 def samples_of(mlflow_client, run, folder: str) -> Optional[list[float]]:
     """The run's timed samples (a cached run's: those of the run it reused), or None."""
-    source = run.data.tags.get(names.REUSED_FROM) or run.info.run_id
+    source = measurement_of(run.info.run_id, run.data.tags)
     try:
         path = mlflow_client.download_artifacts(source, names.SAMPLES_ARTIFACT,
                                                 str(Path(folder, source)))
@@ -260,10 +267,28 @@ def samples_of(mlflow_client, run, folder: str) -> Optional[list[float]]:
         return None
 
 
+def _median(run, samples: Optional[list[float]]) -> float:
+    return statistics.median(samples) if samples else \
+        run.data.metrics.get(names.TIME_MS_MEDIAN, math.nan)
+
+
+def _cached_note(run_a, run_b) -> str:
+    """"B cached from run 3f2a9c1e" for a side whose samples are another run's."""
+    return "; ".join(f"{side} cached from run {run.data.tags[names.REUSED_FROM][:8]}"
+                     for side, run in (("A", run_a), ("B", run_b))
+                     if run.data.tags.get(names.REUSED_FROM))
+
+
 def verdict_of(mlflow_client, run_a, run_b, thresholds: Thresholds, folder: str) -> Verdict:
     """The pair's verdict at `thresholds` (their δ already the pair's own), and what a side
-    measured beside other work leaves of it (verdict.with_hygiene)."""
+    measured beside other work leaves of it (verdict.with_hygiene); REUSED where both sides
+    are one measurement (verdict.reused)."""
     a, b = samples_of(mlflow_client, run_a, folder), samples_of(mlflow_client, run_b, folder)
+    one = reused(run_a.info.run_id, run_a.data.tags, run_b.info.run_id, run_b.data.tags)
+    if one:  # its median on both sides, and no ratio, interval or test of it with itself
+        return Verdict(REUSED, math.nan, math.nan, math.nan, math.nan, _median(run_a, a),
+                       _median(run_b, b), len(a or ()), len(b or ()), note=one,
+                       min_effect=thresholds.min_effect)
     clock_a = run_a.data.metrics.get(names.GPU_SM_CLOCK_MHZ)
     clock_b = run_b.data.metrics.get(names.GPU_SM_CLOCK_MHZ)
     if a and b:
@@ -276,7 +301,9 @@ def verdict_of(mlflow_client, run_a, run_b, thresholds: Thresholds, folder: str)
                           median_b, len(a or ()), len(b or ()),
                           note=f"no recorded samples ({names.SAMPLES_ARTIFACT}) for {missing}",
                           min_effect=thresholds.min_effect)
-    return with_hygiene(verdict, unclean_note(run_a.data.tags, run_b.data.tags))
+    verdict = with_hygiene(verdict, unclean_note(run_a.data.tags, run_b.data.tags))
+    cached = _cached_note(run_a, run_b)
+    return replace(verdict, note="; ".join(filter(None, [verdict.note, cached])))
 
 
 def _device_group(run_a, run_b) -> tuple[str, str]:
@@ -363,9 +390,10 @@ def _number(value: float, fmt: str) -> str:
 
 def _cells(pair: Pair) -> list[str]:
     v = pair.verdict
+    known = lambda value: value == value  # noqa: E731 (not nan)
     return [_number(v.median_a_ms, ".4g"), _number(v.median_b_ms, ".4g"),
-            f"{_number(v.speedup, '.3f')}x",
-            f"{_number(v.low, '.3f')}–{_number(v.high, '.3f')}",
+            f"{v.speedup:.3f}x" if known(v.speedup) else "—",
+            f"{v.low:.3f}–{v.high:.3f}" if known(v.low) or known(v.high) else "—",
             _number(v.p_value, ".2g"), f"{v.count_a}/{v.count_b}", v.verdict, v.note]
 
 
@@ -375,10 +403,11 @@ HEADERS = ["A median ms", "B median ms", "B/A speed", "95% interval", "p (U test
 
 def summary(comparison: Comparison) -> str:
     counts = comparison.counts()
-    count = len(comparison.pairs)
+    count, speed = len(comparison.pairs), comparison.geomean_speedup()
     line = (f"{count} pair{'' if count == 1 else 's'}: " +
-            ", ".join(f"{counts[v]} {v}" for v in VERDICTS) +
-            f"; B/A speed {_number(comparison.geomean_speedup(), '.3f')}x (geometric mean)")
+            ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v != REUSED or counts[v]) +
+            f"; B/A speed " + (f"{speed:.3f}x (geometric mean)" if speed is not None else
+                               "— (no pair compared)"))
     unpaired = []
     if comparison.only_a:
         unpaired.append(f"{len(comparison.only_a)} only in A")
@@ -391,7 +420,8 @@ def settings_line(comparison: Comparison) -> str:
     t = comparison.thresholds
     return (f"paired by {','.join(comparison.pair_by)}; FASTER/SLOWER: Mann-Whitney U p < "
             f"{t.alpha:g} and the speed ratio beyond the min effect ±δ; SAME: its 95% interval "
-            f"within ±δ; UNCLEAR: neither, or a side measured beside other work")
+            f"within ±δ (δ ≤ {SAME_MAX_EFFECT:.0%}); UNCLEAR: neither, δ too wide, or a side "
+            f"measured beside other work; REUSED: B and A are one measurement (cached)")
 
 
 def min_effect_lines(comparison: Comparison) -> list[str]:
@@ -471,8 +501,9 @@ def log_to_mlflow(uri: str, comparison: Comparison, page: str) -> str:
                            names.COMPARE_PAIR_BY: ",".join(comparison.pair_by),
                            names.COMPARE_MIN_EFFECT: str(t.min_effect),
                            names.COMPARE_ALPHA: str(t.alpha)})
+        speed = comparison.geomean_speedup()  # None where no pair was compared (all REUSED)
         mlflow.log_metrics({names.COMPARE_PAIRS: len(comparison.pairs),
-                            names.COMPARE_GEOMEAN_SPEEDUP: comparison.geomean_speedup(),
+                            **({} if speed is None else {names.COMPARE_GEOMEAN_SPEEDUP: speed}),
                             **{names.COMPARE_COUNT_PREFIX + v.lower(): counts[v]
                                for v in VERDICTS}})
         mlflow.log_text(page, names.COMPARE_ARTIFACT)
@@ -513,7 +544,8 @@ def main(argv=None, prog: str = "python -m runner.compare") -> int:
                "beyond the min effect δ; SAME where the 95% interval of the speed ratio is "
                "inside ±δ; UNCLEAR otherwise, where the SM clocks explain it, or where a side "
                "was measured beside other work (host.hygiene or gpu.hygiene not clean) and the "
-               "difference is within 3x. δ is "
+               "difference is within 3x; SAME needs δ within 10%%; REUSED where B's run "
+               "reused A's measurement (cached). δ is "
                "the largest of --min-effect, the device type's run-to-run floor, and how far "
                "the vendor library's baseline drifted between A and B.")
     parser.add_argument("a", metavar="A", help="the baseline: a run or sweep id (or its first "

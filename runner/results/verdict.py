@@ -42,7 +42,15 @@ A side measured beside other work (host.hygiene not `clean`, gpu.hygiene `shared
 `throttled`; `unclean_note` names it) drifts further still, by as much as the neighbour took:
 its pair is UNCLEAR, SAME included, unless the difference is beyond UNCLEAN_MIN_EFFECT (3x),
 wider than any A/A drift seen on a shared host; a ladder step 5 times faster is still FASTER
-on a busy machine (`with_hygiene`). A SAME at a raised δ says how coarse it is (`qualified`).
+on a busy machine (`with_hygiene`).
+
+A SAME says "no difference that matters", and it can say that only where δ is narrow: at a
+raised δ up to SAME_MAX_EFFECT (10%) it says how coarse it is; beyond, it is UNCLEAR with the
+reason in words (`qualified`): on the CPU's 200% floor, "the same" would cover a 2.9x
+slowdown. A FASTER or SLOWER beyond a wide δ still stands: it is beyond what runs drift.
+
+Two sides that are one measurement (a cached run reuses its source's samples: B reused A's,
+A reused B's, or both reused one run) are REUSED, never SAME at 1.000x (`reused`).
 """
 
 import math
@@ -54,7 +62,8 @@ import numpy as np
 from runner.record import names
 
 FASTER, SLOWER, SAME, UNCLEAR = "FASTER", "SLOWER", "SAME", "UNCLEAR"
-VERDICTS = (FASTER, SLOWER, SAME, UNCLEAR)
+REUSED = "REUSED"  # one measurement on both sides (a cached run): nothing was compared
+VERDICTS = (FASTER, SLOWER, SAME, UNCLEAR, REUSED)
 
 # How far two sweeps of the same code drift apart (the speed ratio's distance from 1), by the
 # record's device.type; the measurements are in docs/methodology.md#is-b-faster-than-a.
@@ -70,6 +79,11 @@ UNCLEAN_GPU = ("shared", "throttled")
 # Beside other work: FASTER/SLOWER only beyond 3x. The widest A/A drift measured with the host
 # shared (2-vCPU Xeon, PoCL, a test suite using 0.75-1.8 of its 2 cores) was 2.6x.
 UNCLEAN_MIN_EFFECT = 2.0
+# The widest δ at which SAME is said. 10%: the run-to-run floor issue 58 asks of an idle CPU,
+# and narrower than the changes this project compares (one tiling against another of the same
+# step, 1.1-1.5x; a ladder step, 1.3x and more): a SAME at a wider δ would call such a change
+# no change. At the CPU's 200% floor a 2.9x slowdown read "SAME within ±200%".
+SAME_MAX_EFFECT = 0.10
 
 
 @dataclass(frozen=True)
@@ -116,21 +130,38 @@ class MinEffect:
     drift: Optional[float] = None  # the largest vendor drift among the pairs, None without one
     drift_at: str = ""  # the pair it was seen at
 
+    def _candidates(self) -> list[tuple[float, str]]:
+        floor = f"{self.device_type or 'unknown device'} run-to-run floor {self.floor:.0%}"
+        candidates = [(self.requested, f"--min-effect {self.requested:.1%}"), (self.floor, floor)]
+        if self.drift is not None:
+            candidates.append((self.drift, f"the vendor baseline's drift between A and B "
+                                           f"({self.drift:.1%} at {self.drift_at})"))
+        return candidates
+
+    def winner(self) -> str:
+        """What set δ, in words: "cpu run-to-run floor 200%"."""
+        return max(self._candidates(), key=lambda c: c[0])[1]
+
     def source(self) -> str:
         """One line: δ, what set it, and the other candidates: "±4.0% from the vendor
         baseline's drift between A and B (4.0% at 1024); gpu run-to-run floor 3%, --min-effect
         2.0%"."""
-        floor = f"{self.device_type or 'unknown device'} run-to-run floor {self.floor:.0%}"
-        requested = f"--min-effect {self.requested:.1%}"
-        candidates = [(self.requested, requested), (self.floor, floor)]
-        if self.drift is not None:
-            candidates.append((self.drift, f"the vendor baseline's drift between A and B "
-                                           f"({self.drift:.1%} at {self.drift_at})"))
-        winner = max(candidates, key=lambda c: c[0])[1]
-        others = [text for _, text in candidates if text != winner]
+        winner = self.winner()
+        others = [text for _, text in self._candidates() if text != winner]
         if self.drift is None:
             others.append("no vendor baseline on both sides")
         return f"±{self.value:.1%} from {winner}; {', '.join(others)}"
+
+    @property
+    def too_wide(self) -> bool:
+        """Raised (not the user's own) beyond what a SAME can mean: SAME_MAX_EFFECT."""
+        return self.value > max(self.requested, SAME_MAX_EFFECT)
+
+    def too_wide_note(self) -> str:
+        """Why a pair judged at this δ cannot be called SAME, in words."""
+        return (f"cannot tell: the same code drifts up to ±{self.value:.0%} between runs here "
+                f"({self.winner()}), so no change within {1 + self.value:.2g}x shows; SAME "
+                f"needs δ ≤ ±{SAME_MAX_EFFECT:.0%}")
 
 
 def drift(a_ms: float, b_ms: float) -> float:
@@ -174,17 +205,40 @@ def unclear(verdict: Verdict, note: str) -> Verdict:
 
 
 def qualified(verdict: Verdict, min_effect: MinEffect) -> Verdict:
-    """A SAME judged at a δ raised above the user's says how coarse it is ("the same within
-    ±200%, not ±2%"); raised beyond UNCLEAN_MIN_EFFECT, wider than any drift seen between two
-    runs (the vendor baseline 365 times slower in one of them: numpy's threads beside other
-    work), it says nothing and is UNCLEAR."""
-    if verdict.verdict != SAME or min_effect.value <= min_effect.requested:
+    """The verdict once the δ it was judged with is known. Raised above the user's, a SAME
+    says how coarse it is ("the same within ±5%, not ±2%"); raised beyond SAME_MAX_EFFECT (the
+    CPU's 200% floor; a vendor baseline 365 times slower in one run), a SAME or an UNCLEAR
+    says why nothing can be told (`MinEffect.too_wide_note`), and a SAME is UNCLEAR. A FASTER
+    or SLOWER is beyond δ, however wide, and stands."""
+    if verdict.verdict not in (SAME, UNCLEAR) or min_effect.value <= min_effect.requested:
         return verdict
-    if min_effect.value > UNCLEAN_MIN_EFFECT:
-        return unclear(verdict, f"δ ±{min_effect.value:.0%} is too wide for SAME to say anything")
+    if min_effect.too_wide:
+        return unclear(verdict, min_effect.too_wide_note())
+    if verdict.verdict == UNCLEAR:
+        return verdict
     return replace(verdict, note="; ".join(filter(None, [
         f"the same within ±{min_effect.value:.0%}, not ±{min_effect.requested:.0%}",
         verdict.note])))
+
+
+def measurement_of(run_id: str, tags: dict) -> str:
+    """The run whose samples a record holds: the one a cached run reused, else its own."""
+    return tags.get(names.REUSED_FROM) or run_id
+
+
+def reused(id_a: str, tags_a: dict, id_b: str, tags_b: dict) -> str:
+    """Where A and B are one measurement (a cached run reuses its source's samples), the
+    words that say so; "" where they are two."""
+    source_a, source_b = measurement_of(id_a, tags_a), measurement_of(id_b, tags_b)
+    if source_a != source_b:
+        return ""
+    if source_b == id_a:
+        how = f"B reused A's measurement (run {id_a[:8]})"
+    elif source_a == id_b:
+        how = f"A reused B's measurement (run {id_b[:8]})"
+    else:
+        how = f"A and B both reused run {source_a[:8]}"
+    return f"{how}: one measurement, nothing compared (+rerun=true measures again)"
 
 
 def with_hygiene(verdict: Verdict, unclean: str) -> Verdict:
