@@ -223,7 +223,8 @@ def test_what_a_cpu_compare_can_and_cannot_tell(tmp_path, capsys):
         assert "cannot tell: the same code drifts up to ±200% between runs here (cpu " \
                "run-to-run floor 200%)" in rows[kernel]
     assert "0.844x" in rows["matmul_2"] and "within ±200%" not in page
-    assert "**REUSED**" in rows["matmul_3"] and "| — | — | — |" in rows["matmul_3"], rows["matmul_3"]
+    reused = rows["matmul_3"]
+    assert "**REUSED**" in reused and "| — | — | — |" in reused, reused
     assert "B reused A's measurement" in rows["matmul_3"]
     assert "1.300x" in rows["matmul_4"]
     assert "**SAME**" in rows["matmul_5"] and "**FASTER**" in rows["matmul_6"]

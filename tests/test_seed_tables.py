@@ -140,10 +140,12 @@ def test_page_from_cpu_runs(transpose_runs, tmp_path):
     # Ours, beside them: the rate, % of our copy_1 and % of the device copy in the same run.
     gbps = measured["transpose_3"].data.metrics["bw/gbps"]
     ratio = 100 * gbps / measured["copy_1"].data.metrics["bw/gbps"]
-    vendor = measured["transpose_3"].data.metrics["perf/pct_of_vendor"]
+    # No % of the device copy where its baseline was disturbed by other work (a busy host).
+    vendor = measured["transpose_3"].data.metrics.get("perf/pct_of_vendor")
+    assert (vendor is None) == ("vendor.unusable" in measured["transpose_3"].data.tags)
     rate = f"{gbps:,.0f}" if gbps >= 100 else f"{gbps:.3g}"
     assert f"`transpose_3` [5] | 233 (94.7%) | 1,130 (114.1%) | {rate} ({ratio:.1f}%; " \
-           f"{vendor:.1f}%) |" in page
+           f"{'—' if vendor is None else f'{vendor:.1f}%'}) |" in page
     assert f"ours: opencl, {device.removeprefix('NVIDIA ')}, 64" in page
     assert "| matrixTranspos_1 (naive) | `transpose_1` [3] | 69.5 (28.3%) | 140 (14.2%) | " \
            "not measured |" in page

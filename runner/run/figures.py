@@ -13,7 +13,7 @@ from runner.record import names
 from runner.run.gpu_state import EnergySpan, GpuState
 from runner.run.peak import ceiling, impossible_reason, nvml_limits
 from runner.run.timing import TimeStats
-from runner.run.vendor import VendorResult
+from runner.run.vendor import UNUSABLE_NOTES, VendorResult
 
 
 def resource_metrics(resources: KernelResources, prefix: str = names.RESOURCE_PREFIX,
@@ -130,10 +130,10 @@ def record_vendor(recorder, metrics: dict, plan: KernelPlan, vendor: Optional[Ve
         if vendor.device:
             recorder.tags({names.VENDOR_DEVICE: vendor.device})
         for name, value in vendor.notes.items():
-            if name != "noisy":
+            if name not in UNUSABLE_NOTES:
                 recorder.tags({f"vendor.{name}": value})
-        if "noisy" in vendor.notes:  # measured, recorded, but no number is set against it
-            recorder.tags({names.VENDOR_UNUSABLE: vendor.notes["noisy"]})
+        if vendor.unusable:  # measured, recorded, but no number is set against it
+            recorder.tags({names.VENDOR_UNUSABLE: vendor.unusable})
         vendor_stats = TimeStats.of(vendor.samples_ms)
         vendor_seconds = vendor_stats.median * 1e-3
         metrics.update({
@@ -143,7 +143,7 @@ def record_vendor(recorder, metrics: dict, plan: KernelPlan, vendor: Optional[Ve
             names.VENDOR_REL_ERROR: vendor.rel_error,
             names.VENDOR_TIME_NOISE: finite(vendor_stats.noise),
             names.VENDOR_TIME_SAMPLES: float(vendor_stats.repeats),
-            names.PCT_OF_VENDOR: None if "noisy" in vendor.notes else
+            names.PCT_OF_VENDOR: None if vendor.unusable else
             100.0 * vendor_stats.median / stats.median,
         })
         if vendor.rel_error and metrics.get(names.CHECK_REL_ERROR) is not None:

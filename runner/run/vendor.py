@@ -4,12 +4,22 @@ SGEMM: cuBLAS through CuPy (TF32 off) on an NVIDIA GPU, whichever backend runs t
 numpy's BLAS when the OpenCL device is the CPU. A step that is not plain FP32 (TF32 tensor cores)
 is compared with cuBLAS in TF32 mode as well, on the same data. Copy and transpose: the device's own
 device-to-device copy of the same bytes, through the same backend.
+
+A baseline is measured and recorded, but set against the kernel (the headline %) only where it
+was not disturbed (`VendorResult.unusable`): its median known to within NOISE_LIMIT after a
+second try (`steady_samples`) and, where it ran on the host's CPUs (numpy's BLAS, a CPU
+device's copy), other processes leaving free the cores its threads needed (`host_disturbed`).
+With every core of a 2-core host loaded, one run in about fifteen printed matmul_1 at 256 at
+67.9% of numpy SGEMM, against 1.6% in the others: numpy's threads, waiting on each other beside
+other work, took 40 times as long, with samples steady enough to pass the noise check. A
+disturbed baseline's record says why (`vendor.unusable`), and it is never reused.
 """
 
 import dataclasses
 import os
 import time
 import weakref
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -20,6 +30,7 @@ from runner.config.measurement import NOISE_LIMIT, Repetitions, Warmup
 from runner.config.schema import Operation
 from runner.config.spec import KernelPlan
 from runner.run.gpu_state import EnergySpan
+from runner.run.host_state import HostMonitor, HostState, shared_threshold
 from runner.run.operations import Problem, check_sgemm
 from runner.run.timing import measure, median_noise, timed_window
 
@@ -33,6 +44,16 @@ class VendorResult:
     device: str = ""  # where it ran: "CUDA device 1 (00000000:65:00.0)", "host CPU"
     notes: dict = field(default_factory=dict)  # recorded as vendor.<key> tags
     energy: Optional[EnergySpan] = None  # its launches back to back (timing.energy_s)
+
+    @property
+    def unusable(self) -> str:
+        """Why no % may be set against it, in words ("" where it may): UNUSABLE_NOTES."""
+        return "; ".join(self.notes[key] for key in UNUSABLE_NOTES if key in self.notes)
+
+
+# The notes that make a baseline unusable: its samples stayed noisy (steady_samples), other
+# processes took the host's CPUs it ran on (host_disturbed). Recorded as `vendor.unusable`.
+UNUSABLE_NOTES = ("noisy", "disturbed")
 
 
 def _cuda_device_for(backend: Backend) -> Optional[int]:
@@ -176,10 +197,35 @@ def steady_samples(once, warmup, repeats, label: str,
     return samples, notes
 
 
+def host_disturbed(host: Optional[HostState], threads: int) -> str:
+    """Why a baseline that ran `threads` threads on the host's CPUs was disturbed, in words; ""
+    where it was not, or where the counters could not tell (`host` None or unknown).
+
+    Disturbed where other processes left it fewer cores than its threads: their use reached
+    the cores it did not need plus the margin a kernel's timing is `host shared` from
+    (host_state.shared_threshold: the counters' error and a host's daemons, a quarter core on
+    a small host). On 2 cores, a 2-thread BLAS is disturbed from 0.25 core of others' use (its
+    threads wait on each other: 40 to 365 times as long), a 1-thread one from 1.25."""
+    if host is None or host.other_cpu_cores is None or host.cpu_cores is None:
+        return ""
+    bound = max(0, host.cpu_cores - threads) + shared_threshold(host.cpu_cores)
+    if host.other_cpu_cores < bound:
+        return ""
+    return (f"other processes used {host.other_cpu_cores:.2f} of {host.cpu_cores} CPU cores "
+            f"while its {threads} thread{'s' if threads != 1 else ''} ran (disturbed from "
+            f"{bound:.2f}): no % of it is recorded and it is not reused")
+
+
+def _disturbed_note(host: Optional[HostState], threads: int) -> dict:
+    why = host_disturbed(host, threads)
+    return {"disturbed": why} if why else {}
+
+
 def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup,
                 repeats) -> tuple[list[float], np.ndarray, dict]:
     """numpy's BLAS with as many threads as the host can honour, measured again when its
-    samples are noisy; the notes say how many threads and whether it stayed noisy."""
+    samples are noisy; the notes say how many threads, whether it stayed noisy and whether
+    other processes disturbed it (host_disturbed)."""
     from threadpoolctl import threadpool_limits
 
     out = np.empty((A.shape[0], B.shape[1]), dtype=np.float32)
@@ -190,10 +236,11 @@ def numpy_sgemm(A: np.ndarray, B: np.ndarray, warmup,
         return (time.perf_counter() - start) * 1e3
 
     threads = blas_threads()
-    with threadpool_limits(limits=threads, user_api="blas"):
+    with threadpool_limits(limits=threads, user_api="blas"), HostMonitor() as host:
         once()
         samples, notes = steady_samples(once, warmup, repeats, "numpy SGEMM")
-    return samples, out, {"blas_threads": str(threads), **notes}
+    return samples, out, {"blas_threads": str(threads), **notes,
+                          **_disturbed_note(host, threads)}
 
 
 # Per backend object, never per id(): a new backend may reuse a gone one's address.
@@ -223,7 +270,7 @@ def vendor_baseline(backend: Backend, plan: KernelPlan, problem: Problem, buffer
     if baseline is None:
         baseline = _measure_baseline(backend, operation, problem, buffers, timing_cfg,
                                      check_cfg, seed, energy)
-        if baseline is None or "noisy" not in baseline.notes:  # a noisy one is never reused
+        if baseline is None or not baseline.unusable:  # a disturbed one is never reused
             measured[key] = baseline
     device_id = _cuda_device_for(backend) if operation is Operation.sgemm else None
     if baseline is None or plan.precision == "fp32" or device_id is None:
@@ -256,8 +303,11 @@ def _measure_baseline(backend: Backend, operation: Operation, problem: Problem, 
             return backend.time_ms(lambda: [backend.device_copy(destination, source, nbytes)
                                             for _ in range(count)])
 
-        samples, notes = steady_samples(lambda: copies(1), warmup, repeats, "device copy",
-                                        backend.flush_cache if timing_cfg.flush_l2 else None)
+        on_host = backend.device_info().device_type == "cpu"  # a CPU device: the host's CPUs
+        with (HostMonitor() if on_host else nullcontext()) as host:
+            samples, notes = steady_samples(lambda: copies(1), warmup, repeats, "device copy",
+                                            backend.flush_cache if timing_cfg.flush_l2 else None)
+        notes = {**notes, **_disturbed_note(host, 1)}  # PoCL copies in one of its threads
         spent = energy(copies, float(np.median(samples))) \
             if energy is not None and "noisy" not in notes else None
         return VendorResult(f"{backend.name} device-to-device copy", samples,

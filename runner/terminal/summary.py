@@ -42,9 +42,11 @@ def print_summary(outcome: RunOutcome, backend_name: str, where: str) -> None:
     vendor = ""
     reference = outcome_reference(outcome)
     if reference is not None and reference.pct is None:
-        vendor = f" · {reference.text()} " + ("(its baseline stayed noisy)"
-                                               if _reference_library(outcome) is not None
-                                               else "(not measured on this backend)")
+        library = _reference_library(outcome)  # the record's vendor.unusable says why in full
+        vendor = f" · {reference.text()} " + (
+            "(not measured on this backend)" if library is None else
+            "(its baseline was disturbed by other work)" if "disturbed" in library.notes else
+            "(its baseline stayed noisy)")
     elif reference is not None:
         vendor = f" · {reference.text()}"
     if metrics.get(names.PCT_OF_PEAK) is not None:
