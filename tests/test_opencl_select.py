@@ -75,3 +75,49 @@ def test_what_the_compiler_says_is_recorded_and_not_printed():
     assert "CompilerWarning" not in done.stderr, done.stderr
     assert "self._prg.build" not in done.stderr, done.stderr  # the source line warn() shows
     assert "warning generated" not in done.stderr, done.stderr  # clang's count, on stderr
+
+
+# --- Oclgrind's simulator (issue 58): chosen only by name, recorded as what it is ---
+
+def _simulators() -> list:
+    return [d for p in opencl.cl.get_platforms() for d in opencl._devices(p)
+            if opencl._is_simulator(d)]
+
+
+requires_oclgrind = pytest.mark.skipif(not _simulators(),
+                                       reason="needs Oclgrind: pip install 'pyopencl[oclgrind]'")
+
+
+@requires_oclgrind
+def test_the_simulator_is_never_a_default_nor_a_gpu():
+    """Oclgrind calls its device a GPU (and a CPU and an accelerator): `auto` passes it over,
+    a device type never matches it; named, it is chosen, and its type is its own."""
+    from runner.errors import Refused
+
+    assert not opencl._is_simulator(opencl.select_device(None, None, "auto")[0])
+    assert not opencl._is_simulator(opencl.select_device(None, None, "cpu")[0])
+    for kind in ("gpu", "accelerator"):
+        real = [d for p in opencl.cl.get_platforms() for d in opencl._devices(p)
+                if opencl._type_name(d) == kind]
+        if real:
+            assert not opencl._is_simulator(opencl.select_device(None, None, kind)[0])
+        else:
+            with pytest.raises(Refused, match=f"backend.device_type={kind}: no .*Oclgrind: "
+                                              r".* \(simulator\)"):
+                opencl.select_device(None, None, kind)
+    for named in (("oclgrind", None), ("Oclgrind", None), (None, "oclgrind")):
+        device, reason = opencl.select_device(*named, "auto")
+        assert opencl._is_simulator(device) and "simulator" in reason
+    assert opencl.OpenCLBackend(platform="oclgrind").device_info().device_type == "simulator"
+
+
+@requires_oclgrind
+def test_a_run_on_the_simulator_records_its_device_type_as_simulator(tmp_path):
+    from test_bad_inputs_cli import gemmlab, runs
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    done = gemmlab(tmp_path, "backend.platform=oclgrind", "kernel=matmul_1", "size=8",
+                   "timing.repeats=3", "timing.warmup=0", f"tracking.uri={uri}", quick=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (run,) = runs(uri)
+    assert run.data.tags["device.type"] == "simulator"

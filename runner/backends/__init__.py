@@ -23,6 +23,19 @@ def make_backend(backend_cfg) -> Backend:
     return _made[key]
 
 
+def check_device_type(backend_cfg) -> None:
+    """Refused, before anything is recorded, where an OpenCL run asks for a kind of device
+    (backend.device_type=gpu or accelerator) that no platform has: the line names the devices
+    there are. The CPU and `auto` are left to the job, whose choice builds a probe kernel."""
+    if backend_cfg.name != "opencl":
+        return
+    device_type = getattr(backend_cfg.device_type, "value", backend_cfg.device_type)
+    if device_type in ("gpu", "accelerator"):
+        from runner.backends.opencl import select_device
+
+        select_device(backend_cfg.platform, backend_cfg.device, device_type)
+
+
 def _new_backend(backend_cfg) -> Backend:
     if backend_cfg.name == "opencl":
         from runner.backends.opencl import OpenCLBackend
@@ -37,4 +50,4 @@ def _new_backend(backend_cfg) -> Backend:
 
 
 __all__ = ["Backend", "CompiledProgram", "DeviceInfo", "KernelResources", "make_backend",
-           "BACKEND_NAMES"]
+           "check_device_type", "BACKEND_NAMES"]

@@ -22,7 +22,7 @@ class DeviceInfo:
     vendor: str
     platform: str  # OpenCL platform, or "CUDA"
     driver: str
-    device_type: str  # "gpu", "cpu", "accelerator"
+    device_type: str  # "gpu", "cpu", "accelerator"; "simulator" for Oclgrind
     global_memory_bytes: int
     max_alloc_bytes: int  # largest single buffer
     local_memory_bytes: int  # local/shared memory one work-group may use

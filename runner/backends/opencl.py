@@ -18,7 +18,7 @@ from runner.backends.base import (POISON, Backend, CompiledProgram, DeviceInfo, 
 from runner.backends.build_log import first_error, pyopencl_build_log
 from runner.backends.includes import check_includes, include_options, yielding_headers
 from runner.backends.ptxas import parse_ptxas_report
-from runner.errors import BuildError, RunError
+from runner.errors import BuildError, Refused, RunError
 
 driver_env.prepare()  # before pyopencl can ask the ICD loader for platforms: it reads them once
 import pyopencl as cl  # noqa: E402
@@ -43,6 +43,10 @@ _DEVICE_TYPES = {
 
 
 def _type_name(device: "cl.Device") -> str:
+    """The device's own kind, as recorded (`device.type`): "gpu", "cpu", "accelerator", or
+    "simulator" for Oclgrind, which claims every type at once."""
+    if _is_simulator(device):
+        return "simulator"
     for name, flag in _DEVICE_TYPES.items():
         if device.type & flag:
             return name
@@ -60,8 +64,28 @@ def _matches(selector: Optional[str], index: int, name: str) -> bool:
 
 
 def _is_simulator(device: "cl.Device") -> bool:
-    # Oclgrind calls itself a GPU; it runs kernels thousands of times slower than the CPU.
+    # Oclgrind calls itself a GPU (and a CPU and an accelerator); it runs kernels thousands of
+    # times slower than the CPU: chosen only when named, never for a device type.
     return "oclgrind" in device.platform.name.lower()
+
+
+def _named(platform: Optional[str], device: Optional[str]) -> bool:
+    """Whether the selectors name a platform or device (not an index): only then may the
+    simulator be chosen (backend.platform=oclgrind, as check.sanitizer=oclgrind sets it)."""
+    return any(s is not None and not str(s).strip().isdigit() for s in (platform, device))
+
+
+def devices_here(platforms: Sequence["cl.Platform"]) -> str:
+    """Every OpenCL device there is, as `platform: device (type)`, for a line that refuses."""
+    return "; ".join(f"{p.name.strip()}: {d.name.strip()} ({_type_name(d)})"
+                     for p in platforms for d in _devices(p)) or "none"
+
+
+def _devices(platform: "cl.Platform") -> list:
+    try:
+        return platform.get_devices()
+    except cl.Error:  # a platform without devices
+        return []
 
 
 _PROBE_SOURCE = "__kernel void probe(__global float *x) { x[get_global_id(0)] += 1.0f; }"
@@ -118,6 +142,30 @@ def _unregistered_nvidia_hint(platform: Optional[str]) -> str:
             "or run with backend=cuda")
 
 
+def no_device_of_type(device_type: str, platform: Optional[str], device: Optional[str],
+                      platforms: Sequence["cl.Platform"], candidates: Sequence) -> str:
+    """One line: no device of the type asked for among the candidates (the devices of the
+    platform and device named), the devices there are, and what to ask for instead."""
+    every = [d for p in platforms for d in _devices(p)]
+    kinds = sorted({_type_name(d) for d in candidates} - {"simulator", device_type})
+    allowed = ", ".join(f"backend.device_type={kind}" for kind in [*kinds, "auto"])
+    simulator = ("; Oclgrind's simulator runs only when named (backend.platform=oclgrind, "
+                 "check.sanitizer=oclgrind)" if any(map(_is_simulator, every)) else "")
+    return (f"OpenCL: backend.device_type={device_type}: no {_KIND_NAMES[device_type]} here"
+            + _within(platform, device) + f"; the devices there are: {devices_here(platforms)}; "
+            f"allowed: {allowed}" + simulator
+            + (_unregistered_nvidia_hint("nvidia") if device_type == "gpu" else ""))
+
+
+def _within(platform: Optional[str], device: Optional[str]) -> str:
+    named = " ".join(f"backend.{key}={value}" for key, value in
+                     (("platform", platform), ("device", device)) if value is not None)
+    return f" on {named}" if named else ""
+
+
+_KIND_NAMES = {"gpu": "GPU", "cpu": "CPU", "accelerator": "accelerator"}
+
+
 def select_device(platform: Optional[str], device: Optional[str],
                   device_type: str) -> tuple["cl.Device", str]:
     """The device the config asks for, and a sentence saying which one it is and why."""
@@ -142,8 +190,13 @@ def select_device(platform: Optional[str], device: Optional[str],
                        f"{', '.join(p.name for p in chosen_platforms)}")
 
     if device_type == "auto":
-        if platform is None:  # a simulator is for race checks, never a default
-            candidates = [d for d in candidates if not _is_simulator(d)] or candidates
+        if not _named(platform, device):  # a simulator is for race checks, never a default
+            real = [d for d in candidates if not _is_simulator(d)]
+            if not real:
+                raise RunError(f"OpenCL: no device{_within(platform, device)} but Oclgrind's "
+                               "simulator, which runs only when named (backend.platform="
+                               f"oclgrind); the devices there are: {devices_here(platforms)}")
+            candidates = real
         gpus = [d for d in candidates if _type_name(d) == "gpu"]
         if gpus:
             return gpus[0], "a GPU (the default picks a GPU when there is one)"
@@ -153,11 +206,13 @@ def select_device(platform: Optional[str], device: Optional[str],
                 f"; {'; '.join(passed)}" if passed else "")
         if passed:
             raise _no_working_cpu(passed)
+        if all(_is_simulator(d) for d in candidates):
+            return candidates[0], "Oclgrind's simulator, named by backend.platform/device"
         return candidates[0], "no GPU or CPU found, so the first device"
     typed = [d for d in candidates if _type_name(d) == device_type]
     if not typed:
-        shown = ", ".join(f"{d.name} ({_type_name(d)})" for d in candidates)
-        raise RunError(f"OpenCL: backend.device_type={device_type} matches none of: {shown}")
+        raise Refused(no_device_of_type(device_type, platform, device, platforms,
+                                      candidates))
     if device_type == "cpu":
         cpu, passed = _working_cpu(typed)
         if cpu is None:
