@@ -23,10 +23,12 @@ from hydra.core.hydra_config import HydraConfig
 from hydra_plugins.gemmlab_launcher import register as register_launchers
 from omegaconf import DictConfig, OmegaConf
 
+from runner.backends import check_device_type
 from runner.config.paths import CONF_DIR, source_file_name
 from runner.config.preflight import (
     check_kernel_complete,
     check_kernel_dirs,
+    check_kernel_name,
     check_resolves,
     check_shape,
     command_line_error,
@@ -95,13 +97,18 @@ def _choice(group: str) -> Optional[str]:
 
 
 def check_config(cfg: DictConfig, size: ProblemSize) -> None:
-    """Every check of the config alone, no device: the shape's rank, each number in its range,
-    the tiling values against the spec, the step's source for this backend. Refused (or a
-    RunError for a spec that cannot be read) naming the value and what is allowed."""
-    check_shape(cfg, _choice("shape"), _task_overrides())
+    """Every check of the config before a device is opened: the sizes given once and of the
+    kernel's rank, the kernel's name, each number in its range, the tiling values against the
+    spec, the step's source for this backend, an OpenCL device of the kind asked for. Refused
+    (or a RunError for a spec that cannot be read) naming the value and what is allowed."""
+    sources = HydraConfig.get().runtime.config_sources if HydraConfig.initialized() else ()
+    check_shape(cfg, _choice("shape"), _task_overrides(), sources)
+    check_kernel_name(cfg, _choice("kernel"), sources, _task_overrides())
     validate(cfg)
     plan_kernel(cfg.kernel, size)
     source_file_name(cfg.kernel, cfg.backend.name)  # a step without this backend's source
+    if sanitizer_of(cfg) != "oclgrind":  # the simulator is the tool's own device choice
+        check_device_type(cfg.backend)  # a GPU asked for where there is none
 
 
 def _run(cfg: DictConfig) -> Optional[float]:

@@ -14,8 +14,12 @@ where a sweep counts it as refused) whose message names the value and what is al
   with its file.
 - `check_kernel_dirs(cfg.kernel_dirs)`: a folder of `kernel_dirs` or GEMMLAB_KERNEL_PATH that
   is not there (the packaged kernel would run in its place).
-- `check_shape(cfg)`: a named shape of the wrong rank for the kernel (`shape=1000x1030` with an
-  sgemm would take K from `size`).
+- `check_shape(cfg)`: `k=` for a copy or transpose (no K: it would be dropped); a named shape
+  with `size=`, `m=`, `n=` or `k=` beside it (one would silently win), but `k=` giving an M x N
+  shape its K for an sgemm; a named shape of the wrong rank for the kernel (`shape=1000x1030`
+  with an sgemm would take K from `size`).
+- `check_kernel_name(cfg)`: a kernel YAML whose `name:` is not its file's name (its runs would
+  be recorded under the other name), or a `kernel.name=` that renames a step.
 """
 
 import dataclasses
@@ -362,22 +366,91 @@ def check_kernel_dirs(configured: Iterable[str] = ()) -> None:
                           else "(kernel_dirs=[/path/to/my_kernels])"))
 
 
-def check_shape(cfg, shape: Optional[str], task_overrides: Iterable[str] = ()) -> None:
-    """Refused: a named shape that gives M and N only for an sgemm (K would come from `size`,
-    unseen), or M, N and K for a copy or transpose (K unused)."""
+SIZE_KEYS = ("size", "m", "n", "k")
+
+
+def _size_keys_given(task_overrides: Iterable[str]) -> dict[str, str]:
+    """The size keys the command line (or the sweep, for its job) sets, with their values as
+    typed: `size=64`, `k=512`; a key deleted with `~` is not given."""
+    given = {}
+    for text in map(str, task_overrides):
+        key, equals, value = text.partition("=")
+        if equals and not key.startswith("~") and key.lstrip("+") in SIZE_KEYS:
+            given[key.lstrip("+")] = value
+    return given
+
+
+def _shape_values(cfg, shape: str, sources) -> dict:
+    """The size keys the shape's YAML sets (`m: 1000, n: 1030`); where the file cannot be read
+    here, the keys the composed config holds as numbers rather than `${size}`."""
+    import yaml
+
+    path = config_file("shape", shape, sources or [{"schema": "file", "path": str(CONF_DIR)}])
+    try:
+        data = yaml.safe_load(path.read_text()) if path is not None else None
+    except Exception:
+        data = None
+    if isinstance(data, dict):
+        return {key: data[key] for key in SIZE_KEYS if key in data}
+    fixed = {key: cfg[key] for key in ("m", "n", "k") if not OmegaConf.is_interpolation(cfg, key)}
+    return fixed or {"size": cfg.size}
+
+
+def check_shape(cfg, shape: Optional[str], task_overrides: Iterable[str] = (),
+                sources=None) -> None:
+    """Refused: `k=` for a copy or transpose (M x N: K would be dropped); a named shape together
+    with `size=`, `m=`, `n=` or `k=` (one of them would be dropped, unseen), but for `k=` with an
+    M x N shape and an sgemm, which is how such a shape is given its K; a named shape of the
+    wrong rank: M and N only for an sgemm (K would come from `size`), or M, N and K for a copy
+    or transpose (K unused)."""
+    operation = Operation(getattr(cfg.kernel.operation, "value", cfg.kernel.operation))
+    given = _size_keys_given(task_overrides)
+    if "k" in given and operation is not Operation.sgemm:
+        raise Refused(f"k={given['k']}: {cfg.kernel.name} is a {operation.value}, M x N, which "
+                      f"has no K: k would be ignored; allowed: size=<S> (M = N), or m=<M> "
+                      f"n=<N>")
     if not shape:
         return
-    operation = Operation(getattr(cfg.kernel.operation, "value", cfg.kernel.operation))
-    k_given = any(str(o).split("=", 1)[0].lstrip("+~") == "k" for o in task_overrides)
-    shape_sets_k = not OmegaConf.is_interpolation(cfg, "k") and not k_given
-    shape_sets_mn = not (OmegaConf.is_interpolation(cfg, "m")
-                         and OmegaConf.is_interpolation(cfg, "n"))
-    if operation is Operation.sgemm and OmegaConf.is_interpolation(cfg, "k") and shape_sets_mn:
+    values = _shape_values(cfg, shape, sources)
+    two_d_sgemm = operation is Operation.sgemm and set(values) == {"m", "n"}
+    clashing = {key: value for key, value in given.items() if not (key == "k" and two_d_sgemm)}
+    if clashing:
+        dims = f"{cfg.m}x{cfg.n}" + (f"x{cfg.k}" if operation is Operation.sgemm else "")
+        sets = " ".join(f"{key}={value}" for key, value in values.items())
+        keys = " ".join(f"{key}={value}" for key, value in clashing.items())
+        raise Refused(f"shape={shape} ({sets}) and {keys} both give the problem size, and one "
+                      f"would silently win: the run would be {dims}; allowed: one of them, "
+                      f"shape={shape} alone or size=, m=, n=, k= without a shape"
+                      + (f" (an M x N shape takes an sgemm's K from k=<K>: shape={shape} "
+                         f"k=<K>)" if two_d_sgemm else ""))
+    if two_d_sgemm and "k" not in given:
         raise Refused(f"shape={shape} gives M x N only ({cfg.m}x{cfg.n}, a copy or transpose "
                       f"shape), and {cfg.kernel.name} is an sgemm, M x N x K: K would be "
                       f"size={cfg.size}; allowed: an M x N x K shape (e.g. shape=1000x1030x999), "
                       f"or add k=<K>")
-    if operation is not Operation.sgemm and shape_sets_k:
+    if operation is not Operation.sgemm and "k" in values:
         raise Refused(f"shape={shape} gives M x N x K ({cfg.m}x{cfg.n}x{cfg.k}, an sgemm "
                       f"shape), and {cfg.kernel.name} is a {operation.value}, M x N: K would be "
-                      f"ignored; allowed: an M x N shape (e.g. shape=1000x1030), or m=… n=…")
+                      f"ignored; allowed: an M x N shape (e.g. shape=1000x1030), or m=… n=… "
+                      f"without a shape")
+
+
+def check_kernel_name(cfg, choice: Optional[str], sources=None,
+                      task_overrides: Iterable[str] = ()) -> None:
+    """Refused: a kernel YAML whose `name:` is not its file's name (kernel=my_step running as
+    `name: matmul_2` would be recorded, compared and reported as matmul_2), or a `kernel.name=`
+    on the command line that renames the step."""
+    if not choice:
+        return
+    stem = str(choice).rsplit("/", 1)[-1]
+    name = str(cfg.kernel.name)
+    if name == stem:
+        return
+    if any(str(o).partition("=")[0].lstrip("+") == "kernel.name" for o in task_overrides):
+        raise Refused(f"kernel.name={name}: kernel={choice}'s runs would be recorded as {name}; "
+                      f"allowed: leave kernel.name out (a step is named by its file: "
+                      f"kernel/{name}.yaml for a step {name})")
+    path = config_file("kernel", choice, sources)
+    where = f"{path} (kernel={choice})" if path else f"the kernel config kernel={choice}"
+    raise Refused(f"{where} has `name: {name}`, not its file's name: its runs would be recorded "
+                  f"as {name}; allowed: `name: {stem}`, or the file renamed to {name}.yaml")
