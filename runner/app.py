@@ -56,8 +56,10 @@ from runner.terminal.summary import (
     headline,
     print_cached,
     print_failure,
+    print_measured_again,
     print_sanitized,
     print_summary,
+    unclean_words,
 )
 
 log = logging.getLogger("runner")
@@ -210,10 +212,12 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
             recorder.tags({KEY_TAG: key})
         if key and parent_run_id and not cfg.get("rerun", False):
             flush_records(key)  # an earlier job's end not yet written may carry this key
-            found = find_measurement(recorder.experiment_id, key, recorder.run_id)
-            if found is not None:
-                earlier.append(found)
-                return True
+            found = find_measurement(recorder.experiment_id, key, recorder.run_id,
+                                     reuse_unclean=bool(cfg.get("reuse_unclean", False)))
+            earlier.append(found)
+            if found.passed_over is not None:  # not clean: measured again, and said why
+                recorder.tags({names.NOT_REUSED: found.why_measured_again[:5000]})
+            return found.run is not None
         return False
 
     try:
@@ -268,9 +272,9 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
         print_failure(reason, where())
         return None
     if result.status == "cached":
-        metrics = reuse(recorder, earlier[0])
-        recorder.finish(status="cached", headline=headline(metrics))
-        print_cached(plan, backend_name, metrics, earlier[0].info.run_id, where())
+        metrics, tags = reuse(recorder, earlier[0])
+        recorder.finish(status="cached", headline=headline(metrics) + unclean_words(tags))
+        print_cached(plan, backend_name, metrics, tags, earlier[0], where())
         return _rate(metrics)
     if result.status != "ok":
         recorder.finish(result.reason, status=None if result.status == "failed"
@@ -288,6 +292,7 @@ def _recorded_run(cfg: DictConfig, recorder: Recorder, size: ProblemSize,
         unclean += " · host shared"
     recorder.finish(headline=headline(result.outcome.metrics) + unclean)
     print_summary(result.outcome, backend_name, where())
+    print_measured_again(earlier[0].why_measured_again if earlier else "")
     return _rate(result.outcome.metrics)
 
 

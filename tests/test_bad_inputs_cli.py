@@ -652,7 +652,8 @@ def test_sigterm_during_a_sweep_kills_the_running_job_and_the_sweep_resumes(tmp_
     """(SIGINT's resume: tests/test_sweep.py::test_an_interrupted_sweep_resumes_where_it_stopped)"""
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     command = [sys.executable, "-m", "runner", "-m", "backend.device_type=cpu", "kernel=matmul_1",
-               "size=96,104,112", "timing.warmup=0", "timing.repeats=3000", f"tracking.uri={uri}"]
+               "size=96,104,112", "timing.warmup=0", "timing.repeats=3000", f"tracking.uri={uri}",
+               "reuse_unclean=true"]  # resumed whatever the load of this host meanwhile
     # The test polls the store while the command runs: create it first, as the command does
     # under its lock, or this unlocked reader races the command's schema migration.
     ensure_store(uri)

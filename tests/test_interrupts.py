@@ -174,7 +174,8 @@ def test_ctrl_c_in_a_joblib_sweep_leaves_no_run_running_and_the_resume_measures_
     command = [sys.executable, "-m", "runner", "-m", "backend.device_type=cpu", "timing.warmup=0",
                "timing.target_noise=1e-9", "timing.min_time_s=4", "timing.max_time_s=4",
                "hydra/launcher=joblib", "hydra.launcher.n_jobs=2", "kernel=matmul_1",
-               "size=16,24,32", f"tracking.uri={store}"]
+               "size=16,24,32", f"tracking.uri={store}",
+               "reuse_unclean=true"]  # two jobs on a CPU share it: their runs are not clean
     ensure_store(store)  # polled below while the command runs
     client = MlflowClient(store)
 

@@ -235,6 +235,8 @@ class Config:
     # a crash costs one run). false: in this process, for a debugger; a hang or a device fault
     # then ends the whole command.
     isolate: bool = True
+    # A sweep reuses only clean runs; true: one timed on a shared host/GPU or noisy too (marked).
+    reuse_unclean: bool = False
 
 
 # Keys outside the schema that a command adds with `+` (read with cfg.get): name -> what it does.

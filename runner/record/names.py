@@ -132,6 +132,11 @@ GIT_COMMIT = "gemmlab.git_commit"
 RUNNER_VERSION = "gemmlab.runner_version"
 MEASUREMENT_KEY = "gemmlab.measurement_key"
 REUSED_FROM = "gemmlab.reused_from"
+# A cached run whose source was not clean (its host shared, its GPU shared or throttled, or its
+# samples noisy), reused only because the command said reuse_unclean=true: why, in words.
+REUSED_UNCLEAN = "gemmlab.reused_unclean"
+# A sweep job measured again where an earlier run had its key but was not clean: which, and why.
+NOT_REUSED = "gemmlab.not_reused"
 # A run's own id, given by gemmlab as it opens the run (before the server gives it its run id):
 # a record kept while the server was not answering is written once (runner/record/spool.py).
 RECORD_ID = "gemmlab.record_id"

@@ -147,8 +147,25 @@ def hygiene(run, reasons: bool = False) -> str:
     """What was not clean while the run was timed, in a few words (`GPU throttled: clocks held
     back: hw_slowdown`, `clocks: sw_power_cap`, `host shared`, `samples noisy: median ±12.5%`),
     or "" where the GPU and the host were clean or not watched and the samples agree; with
-    `reasons`, the host's in words too."""
-    tags = run.data.tags
+    `reasons`, the host's in words too. A cached run says its source's (copied with it)."""
+    return hygiene_of(run.data.metrics, run.data.tags, reasons)
+
+
+def unclean(metrics: Mapping, tags: Mapping) -> str:
+    """Why a measurement is not one to reuse unasked, with its reasons (`host shared (other
+    processes used 1.50 of 2 CPU cores …)`, `GPU throttled: …`, `samples noisy: median
+    ±12.5%`), or "" where its host and GPU were clean (or not watched) and its median is known
+    to within NOISE_LIMIT. The GPU's clock reasons alone are no reason: a loaded GPU reports a
+    power cap without being disturbed."""
+    gpu, host = tags.get(names.GPU_HYGIENE), tags.get(names.HOST_HYGIENE)
+    if (gpu in (None, "clean") and host in (None, "clean")
+            and not noise_text(metrics.get(names.TIME_NOISE))):
+        return ""
+    return hygiene_of(metrics, tags, reasons=True)
+
+
+def hygiene_of(metrics: Mapping, tags: Mapping, reasons: bool = False) -> str:
+    """hygiene() from a run's metrics and tags."""
     notes = []
     gpu = tags.get(names.GPU_HYGIENE)
     if gpu and gpu != "clean":
@@ -160,7 +177,7 @@ def hygiene(run, reasons: bool = False) -> str:
     if host and host != "clean":
         why = tags.get(names.HOST_HYGIENE_REASONS, "") if reasons else ""
         notes.append(f"host {host}" + (f" ({why})" if why else ""))
-    noise = noisy(run)
+    noise = noise_text(metrics.get(names.TIME_NOISE))
     if noise:
         notes.append(noise)
     return "; ".join(notes)

@@ -222,10 +222,11 @@ def energy_lines(table: dict) -> list[str]:
 
 
 def _hygiene_cell(run) -> str:
-    """What was not clean while timed; `clean` where it was watched and clean, else `—`."""
+    """What was not clean while timed, with why (a cached run: its source's); `clean` where it
+    was watched and clean, else `—`."""
     tags = run.data.tags
     watched = names.GPU_HYGIENE in tags or names.HOST_HYGIENE in tags
-    return _hygiene(run) or ("clean" if watched else "—")
+    return _hygiene(run, reasons=True) or ("clean" if watched else "—")
 
 
 def render_markdown(title: str, uri: str, table: dict, failed: list[str],
@@ -239,8 +240,8 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
              "run that verified its result first; the vendor baseline ran in the same run, on "
              "the same device and data. A step's time covers all its launches, a pre-pass or a "
              "pass that sums split-K slices included. Cached rows reuse the metrics of an "
-             "earlier run.", "", f"Each row and cell: {BEST_RULE}, with the tiling that made it.",
-             ""]
+             "earlier run, its caveats with them.", "",
+             f"Each row and cell: {BEST_RULE}, with the tiling that made it.", ""]
     lines += sweeps or []
     lines += summary_table(table)
     for caption, name in images or []:
@@ -263,7 +264,9 @@ def render_markdown(title: str, uri: str, table: dict, failed: list[str],
             error = "exact" if not _is_gemm(run) else _fmt(m.get(names.CHECK_REL_ERROR), ".1e")
             step = kernel
             if status(run) == "cached":
-                step += f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`)"
+                asked = ", not clean, reused as asked" if run.data.tags.get(
+                    names.REUSED_UNCLEAN) else ""
+                step += f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`{asked})"
             reference = _reference(run)
             lines.append(
                 f"| {step} | {size} | {_tiling(run) or '—'} | {fmt_rate(_rate(run))} | "

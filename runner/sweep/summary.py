@@ -102,8 +102,14 @@ class SweepSummary:
 
     def _counts(self, expected: Optional[int]) -> str:
         total = f"{self.finished}" + (f"/{expected}" if expected else "")
-        return (f"{total} jobs: {self.counts['ok']} measured, {self.counts['cached']} cached "
-                f"(measured before), {self.counts['refused']} refused by constraints or limits, "
+        again = sum(1 for run in self.runs if _status(run) == "ok"
+                    and run.data.tags.get(names.NOT_REUSED))
+        unclean = sum(1 for run in self.runs if _status(run) == "cached" and _hygiene(run))
+        return (f"{total} jobs: {self.counts['ok']} measured"
+                + (f" ({again} again: the earlier run not clean)" if again else "")
+                + f", {self.counts['cached']} cached (measured before"
+                + (f"; {unclean} not clean, reused as asked" if unclean else "")
+                + f"), {self.counts['refused']} refused by constraints or limits, "
                 f"{self.counts['failed']} failed"
                 + (f", {self.counts['impossible']} impossible (faster than the device can be)"
                    if self.counts["impossible"] else "")
@@ -150,9 +156,11 @@ class SweepSummary:
                 "time_ms_median": metrics.get(names.TIME_MS_MEDIAN),
                 "registers": metrics.get(names.REGISTERS),
                 "gpu_sm_clock_mhz": metrics.get(names.GPU_SM_CLOCK_MHZ),
-                "hygiene": _hygiene(run),
+                "hygiene": _hygiene(run, reasons=True),
                 "commit": run.data.tags.get(names.GIT_COMMIT, ""),
                 "reused_from": run.data.tags.get(names.REUSED_FROM, ""),
+                "reused_unclean": run.data.tags.get(names.REUSED_UNCLEAN, ""),
+                "not_reused": run.data.tags.get(names.NOT_REUSED, ""),
                 "reason": run.data.tags.get(names.FAILURE_REASON, ""),
             })
         return rows
@@ -195,8 +203,9 @@ def size_by_kernel(summary: SweepSummary) -> list[str]:
     unit_text = next(iter(units)) if one_unit else "GFLOPS, or GB/s for copies"
     lines = [f"**Best rate per size** ({unit_text}), the fastest measured job (ok or cached) "
              "by its median rate, and its % of the vendor library of the step's own precision "
-             "(cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 and 3xTF32); ★ the fastest at the size; † not clean while timed: the GPU or host "
-             "busy or held back, or the samples too noisy (below).", "",
+             "(cuBLAS TF32 for a TF32 step, cuBLAS SGEMM for FP32 and 3xTF32); ★ the fastest "
+             "at the size; † not clean while timed: the GPU or host busy or held back, or the "
+             "samples too noisy (below).", "",
              "| size | " + " | ".join(columns) + " |",
              "| --- |" + " ---: |" * len(columns)]
     for size in sizes:
@@ -229,6 +238,14 @@ def unclean_jobs(summary: SweepSummary, limit: int = 20) -> list[str]:
     unclean = [run for run in summary.runs if _status(run) in ("ok", "cached") and _hygiene(run)]
     if not unclean:
         return []
+
+    def cached(run) -> str:  # a copy says whose caveats it carries, and that it was asked for
+        if _status(run) != "cached":
+            return ""
+        asked = ", reused as asked (reuse_unclean=true)" if run.data.tags.get(
+            names.REUSED_UNCLEAN) else ""
+        return f" (cached from `{run.data.tags.get(names.REUSED_FROM, '?')[:8]}`{asked})"
+
     unclean.sort(key=lambda r: (r.data.params.get(names.KERNEL_NAME, ""), _size(r)))
     lines = [f"† Not clean while timed ({len(unclean)} of the measured jobs; tags "
              f"`{names.GPU_HYGIENE}`, `{names.HOST_HYGIENE}`, `{names.GPU_CLOCK_REASONS}`, "
@@ -238,7 +255,7 @@ def unclean_jobs(summary: SweepSummary, limit: int = 20) -> list[str]:
         what = " ".join(filter(None, [run.data.params.get(names.KERNEL_NAME, "?"),
                                       _size_short(run), _tiling(run)]))
         lines.append(f"- {what}: {_hygiene(run, reasons=True)}"
-                     + (f", SM clock {clock}" if clock else ""))
+                     + (f", SM clock {clock}" if clock else "") + cached(run))
     if len(unclean) > limit:
         lines.append(f"- … {len(unclean) - limit} more in `sweep_summary.csv`")
     return lines + [""]
@@ -285,14 +302,21 @@ def print_sweep_summary(summary: SweepSummary, expected: Optional[int], parent_n
     # With any cached row, a column says which rows this sweep measured and which it copied.
     for column, justify in columns + ([("measured", "left")] if any_cached else []):
         table.add_column(column, justify=justify, no_wrap=column != "tiling")
+    daggers = False
     for (kernel, size, backend, device), run in summary.ordered_best():
-        row = [kernel, size, backend, device, _tiling(run), f"{_rate(run):,.1f} {_unit(run)}",
-               _pct_cell(run)]
-        measured = [("before (cached)" if _status(run) == "cached" else "now")] if any_cached \
-            else []
+        dagger = " †" if _hygiene(run) else ""
+        daggers = daggers or bool(dagger)
+        row = [kernel, size, backend, device, _tiling(run),
+               f"{_rate(run):,.1f} {_unit(run)}{dagger}", _pct_cell(run)]
+        measured = [("now" if _status(run) != "cached" else "before (cached, reused as asked)"
+                     if run.data.tags.get(names.REUSED_UNCLEAN) else "before (cached)")] \
+            if any_cached else []
         table.add_row(*map(escape, row), *measured)
     if summary.best:  # in a log or a pipe, as wide as the table needs rather than 80 columns
         (console if console.is_terminal else log_console).print(table)
+    if daggers:
+        console.print("† not clean while timed (its host or GPU busy or held back, or its "
+                      "samples noisy; a cached row: its source's): the jobs' lines say why")
     # Escaped: reasons hold brackets (`pip install 'gemmlab[cuda]'`), never markup.
     console.print(escape(summary.counts_line(expected)) + (
         f"; {overhead:.2f} s per job beyond the kernels' own work"

@@ -81,17 +81,52 @@ def print_failure(reason: str, where: str | None, recorded_as: str = "FAILED") -
         error_console.print(f"  recorded as {recorded_as}: {where}")
 
 
-def print_cached(plan, backend_name: str, metrics: dict, earlier_run_id: str, where: str) -> None:
-    """A sweep point measured before: its earlier result, and how to measure it again."""
+def print_cached(plan, backend_name: str, metrics: dict, tags: dict, earlier,
+                 where: str) -> None:
+    """A sweep point measured before: its earlier result with that measurement's caveats (its
+    host or GPU not clean, with why; its samples noisy), that it was reused though not clean
+    where the command asked (reuse_unclean=true), and how to measure it again. `earlier` is
+    runner/record/resume.py's Earlier, `tags` the tags copied from its run."""
     size = plan.size.label(plan.operation)
     if metrics.get(names.GFLOPS) is not None:
         rate = f"{metrics[names.GFLOPS]:,.1f} GFLOPS"
     else:
         rate = f"{_number(metrics.get(names.GBPS), ',.1f')} GB/s"
+    asked = (" · [bold yellow]reused though not clean[/], as asked (reuse_unclean=true)"
+             if earlier.unclean else "")
     console.print(f"[bold]{plan.name}[/] · {backend_name} · {size} · [bold]{rate}[/] · "
-                  f"cached: measured in run {earlier_run_id[:8]}… with the same source, "
-                  f"parameters, size, device and driver (+rerun=true measures again)")
+                  f"cached: measured in run {earlier.run.info.run_id[:8]}… with the same source, "
+                  f"parameters, size, device and driver (+rerun=true measures again)"
+                  + caveats_note(metrics, tags) + asked)
     console.print(f"  recorded: {where}")
+
+
+def print_measured_again(why: str) -> None:
+    """Under a measured job's line: the run with its key that was not reused, and why."""
+    if why:
+        console.print(f"  [bold yellow]not reused[/]: {escape(why)}")
+
+
+def caveats_note(metrics: dict, tags: dict) -> str:
+    """gpu_note's words from a run's records: " · host shared: …", " · GPU throttled: …",
+    " · samples noisy: median ±12.5%" where that measurement was not clean; else ""."""
+    note = ""
+    host, gpu = tags.get(names.HOST_HYGIENE), tags.get(names.GPU_HYGIENE)
+    if host and host != "clean":
+        why = tags.get(names.HOST_HYGIENE_REASONS, "")
+        note += f" · [bold yellow]host {escape(host)}[/]" + (f": {escape(why)}" if why else "")
+    if gpu and gpu != "clean":
+        why = (tags.get(names.GPU_HYGIENE_REASONS) or "").strip("— ")
+        note += f" · [bold yellow]GPU {escape(gpu)}[/]" + (f": {escape(why)}" if why else "")
+    noisy = noise_text(metrics.get(names.TIME_NOISE))
+    return note + (f" · [bold yellow]{noisy}[/]" if noisy else "")
+
+
+def unclean_words(tags: dict) -> str:
+    """` · GPU throttled · host shared` for a run's name where its GPU or host was not clean."""
+    gpu, host = tags.get(names.GPU_HYGIENE), tags.get(names.HOST_HYGIENE)
+    return ((f" · GPU {gpu}" if gpu and gpu != "clean" else "")
+            + (f" · host {host}" if host and host != "clean" else ""))
 
 
 def _reference_library(outcome: RunOutcome):
