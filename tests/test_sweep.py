@@ -91,7 +91,8 @@ def test_a_sweep_is_one_parent_with_its_children_and_counts(tmp_path):
     assert parent.info.run_name == "matmul_2 size=24,40 TS=8,12 · opencl sweep"
     note = parent.data.tags["mlflow.note.content"]
     assert note.startswith("**Best rate per size**")
-    assert "| size | matmul_2 |" in note and "| 24³ | **★ " in note and "numpy SGEMM)" in note
+    assert "| size | matmul_2 |" in note and "| 24³ | **★ " in note
+    assert "numpy SGEMM)" in note or not with_pct  # no % against a disturbed baseline
     about = next(line for line in note.splitlines() if line.startswith("**matmul_2 size="))
     assert "4 jobs" in about
     assert "report/" in note and "`series/gflops`" in note
