@@ -70,7 +70,8 @@ VERDICTS = (FASTER, SLOWER, SAME, UNCLEAR, REUSED)
 # GPU: an H100's A/A sweeps agreed within 1% (9 pairs), the goal is 3%. CPU (PoCL on a 2-vCPU
 # Xeon, host clean): a kernel's launches take one of two or three times (1 core or 2: 0.62 or
 # 1.2 ms) and the median lands on either from run to run: A/A drift reached 2.3x, the modes
-# lie 2.7x apart, so 3x.
+# lie 2.7x apart, so 3x. Why (PoCL's two workers placed on one CPU) and the settings tried
+# (none keeps every A/A pair within 10%): docs/methodology.md#why-the-cpu-drifts-between-runs.
 RUN_TO_RUN_FLOOR = {"gpu": 0.03, "cpu": 2.0}
 # A device type not recorded (or neither cpu nor gpu) gets the widest floor: a false FASTER
 # costs more than an UNCLEAR.
