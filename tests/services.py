@@ -61,10 +61,22 @@ def stop_group(process: Optional[subprocess.Popen], grace_s: float = 10.0) -> No
             continue
 
 
+def _end_with_parent() -> None:
+    """In the child, before exec: Linux sends it SIGTERM when the process that started it dies,
+    so a test run killed before its fixtures' teardown leaves no daemon behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
 def _spawn(command: list[str], log: Path, env: Optional[dict] = None) -> subprocess.Popen:
     with open(log, "ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                preexec_fn=_end_with_parent)
 
 
 def _memory_mb() -> int:
