@@ -27,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -62,8 +63,10 @@ def stop_group(process: Optional[subprocess.Popen], grace_s: float = 10.0) -> No
 
 
 def _end_with_parent() -> None:
-    """In the child, before exec: Linux sends it SIGTERM when the process that started it dies,
-    so a test run killed before its fixtures' teardown leaves no daemon behind."""
+    """In the child, before exec: Linux sends it SIGTERM when the thread that started it ends,
+    so a test run killed before its fixtures' teardown leaves no daemon behind. Only for a
+    process started by the main thread (`_spawn`): one started by a test's helper thread (a
+    server restarted after an outage) would die with that thread."""
     try:
         import ctypes
 
@@ -76,7 +79,8 @@ def _spawn(command: list[str], log: Path, env: Optional[dict] = None) -> subproc
     with open(log, "ab") as out:
         return subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True,
-                                preexec_fn=_end_with_parent)
+                                preexec_fn=_end_with_parent if threading.current_thread()
+                                is threading.main_thread() else None)
 
 
 def _memory_mb() -> int:
