@@ -406,7 +406,7 @@ def summary(comparison: Comparison) -> str:
     count, speed = len(comparison.pairs), comparison.geomean_speedup()
     line = (f"{count} pair{'' if count == 1 else 's'}: " +
             ", ".join(f"{counts[v]} {v}" for v in VERDICTS if v != REUSED or counts[v]) +
-            f"; B/A speed " + (f"{speed:.3f}x (geometric mean)" if speed is not None else
+            "; B/A speed " + (f"{speed:.3f}x (geometric mean)" if speed is not None else
                                "— (no pair compared)"))
     unpaired = []
     if comparison.only_a:
